@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tide builds and tests with. Idempotent: does
+# nothing when everything is present. Needs root (or sudo) on Debian 12.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
+      libjansson-dev libutf8proc-dev libonig-dev libcmocka-dev
+      python3 python3-numpy nodejs npm ca-certificates)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "tide: installing ${missing[*]}" >&2
+  sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,15 @@
+/* The tide command is only a client of libtide: each subcommand lives in its
+ * own cmd_*.c file and is registered in main.c's table. */
+#ifndef TIDE_CLI_CLI_H
+#define TIDE_CLI_CLI_H
+
+int tide_cmd_synth(int argc, char **argv);
+int tide_cmd_inspect(int argc, char **argv);
+int tide_cmd_run(int argc, char **argv);
+int tide_cmd_tokenize(int argc, char **argv);
+int tide_cmd_detokenize(int argc, char **argv);
+
+/* Exit codes shared by all subcommands. */
+enum { TIDE_EXIT_OK = 0, TIDE_EXIT_FAIL = 1, TIDE_EXIT_USAGE = 2 };
+
+#endif
