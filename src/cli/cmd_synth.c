@@ -1,10 +1,139 @@
-/* Placeholder: replaced by the owner of this subcommand. */
+/* tide synth: write a synthetic checkpoint (random weights, release format)
+ * of a named shape. See docs/model-config.md for the shapes. */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
+#include "base/log.h"
 #include "cli/cli.h"
+#include "model/config.h"
+#include "model/synth.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tide synth --shape NAME -o DIR [options]\n"
+            "\n"
+            "Writes a checkpoint with random weights in the release format: sharded\n"
+            "safetensors (model-0000K-of-0000N.safetensors + model.safetensors.index.json),\n"
+            "config.json (HF form, with a \"tide_synthetic\" record) and tokenizer.json.\n"
+            "The same shape and seed always give the same bytes.\n"
+            "\n"
+            "options:\n"
+            "  --shape NAME       tiny | small | flash | flash-ep8 (docs/model-config.md)\n"
+            "  -o, --out DIR      output directory (created if missing; files are overwritten)\n"
+            "  --seed N           random seed, 0 <= N < 2^63 (default 1)\n"
+            "  --layers N         write only backbone layers 0..N-1 (plus the DSpark stages);\n"
+            "                     recorded as tide_synthetic.written_layers, such a checkpoint\n"
+            "                     can be inspected but not run\n"
+            "  --shards N         number of safetensors shards (default: one per ~4 GB, 2..48)\n"
+            "  --tokenizer FILE   tokenizer.json to copy into DIR (default: $TIDE_TOKENIZER,\n"
+            "                     else the build's stand-in tokenizer if it exists; with\n"
+            "                     neither, the checkpoint is written without one and a\n"
+            "                     warning is printed)\n"
+            "  --no-tokenizer     write no tokenizer.json\n"
+            "  --dry-run          print the tensor count and size, write nothing\n"
+            "  -q, --quiet        no progress on stderr\n"
+            "  -h, --help         this text\n"
+            "\n"
+            "Exit status: 0 written, 1 failed (message on stderr), 2 bad usage.\n");
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static const char *default_tokenizer(void) {
+    const char *env = getenv("TIDE_TOKENIZER");
+    if (env && *env) return env;
+#ifdef TIDE_DEFAULT_TOKENIZER
+    struct stat sb;
+    if (stat(TIDE_DEFAULT_TOKENIZER, &sb) == 0 && S_ISREG(sb.st_mode)) return TIDE_DEFAULT_TOKENIZER;
+#endif
+    return NULL;
+}
 
 int tide_cmd_synth(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "tide synth: not implemented yet\n");
-    return TIDE_EXIT_FAIL;
+    tide_synth_opts o = {.seed = 1, .progress = 1};
+    const char *tok = NULL;
+    int no_tok = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t n;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return TIDE_EXIT_OK;
+        } else if (!strcmp(a, "--shape") && v) o.shape = v, i++;
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--out")) && v) o.out_dir = v, i++;
+        else if (!strcmp(a, "--tokenizer") && v) tok = v, i++;
+        else if (!strcmp(a, "--no-tokenizer")) no_tok = 1;
+        else if (!strcmp(a, "--dry-run")) o.dry_run = 1;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o.progress = 0;
+        else if (!strcmp(a, "--seed") && v) {
+            if (parse_u64(v, &n) || n >> 63) {
+                fprintf(stderr, "tide synth: --seed wants an integer in 0..2^63-1, got '%s'\n", v);
+                return TIDE_EXIT_USAGE;
+            }
+            o.seed = n, i++;
+        } else if ((!strcmp(a, "--layers") || !strcmp(a, "--shards")) && v) {
+            if (parse_u64(v, &n) || n < 1 || n > 100000) {
+                fprintf(stderr, "tide synth: %s wants a positive integer, got '%s'\n", a, v);
+                return TIDE_EXIT_USAGE;
+            }
+            if (!strcmp(a, "--layers")) o.layers = (int)n;
+            else o.nshards = (int)n;
+            i++;
+        } else {
+            fprintf(stderr, "tide synth: unknown or incomplete option '%s'\n\n", a);
+            usage(stderr);
+            return TIDE_EXIT_USAGE;
+        }
+    }
+    if (!o.shape || (!o.out_dir && !o.dry_run)) {
+        fprintf(stderr, "tide synth: --shape and -o DIR are required\n\n");
+        usage(stderr);
+        return TIDE_EXIT_USAGE;
+    }
+    tide_status st = {0};
+    tide_config cfg;
+    if (tide_config_preset(o.shape, &cfg, &st)) {
+        fprintf(stderr, "tide synth: %s\n", st.msg);
+        return TIDE_EXIT_USAGE;
+    }
+    if (o.layers > cfg.text.num_hidden_layers) {
+        fprintf(stderr, "tide synth: --layers %d: shape %s has %lld backbone layers\n", o.layers, o.shape,
+                (long long)cfg.text.num_hidden_layers);
+        return TIDE_EXIT_USAGE;
+    }
+    if (!no_tok) {
+        o.tokenizer = tok ? tok : default_tokenizer();
+        if (!o.tokenizer && !o.dry_run)
+            fprintf(stderr, "tide synth: warning: no tokenizer (give --tokenizer FILE or set TIDE_TOKENIZER); "
+                            "writing the checkpoint without tokenizer.json\n");
+    }
+    tide_synth_report rep;
+    double t0 = tide_now_seconds();
+    if (tide_synth_write(&cfg, &o, &rep, &st)) {
+        fprintf(stderr, "tide synth: %s\n", st.msg);
+        return TIDE_EXIT_FAIL;
+    }
+    printf("%s %s: shape %s, seed %" PRIu64 ", %d of %lld backbone layers + %lld DSpark stages, "
+           "%zu tensors, %" PRIu64 " bytes (%.2f GiB) in %d shards%s",
+           o.dry_run ? "would write" : "wrote", o.dry_run ? (o.out_dir ? o.out_dir : "-") : o.out_dir, o.shape,
+           o.seed, o.layers ? o.layers : (int)cfg.text.num_hidden_layers, (long long)cfg.text.num_hidden_layers,
+           (long long)cfg.text.num_nextn_predict_layers, rep.n_tensors, rep.total_bytes,
+           (double)rep.total_bytes / (1024.0 * 1024.0 * 1024.0), rep.nshards,
+           rep.wrote_tokenizer ? ", tokenizer.json" : "");
+    if (!o.dry_run) printf(" (%.1f s)", tide_now_seconds() - t0);
+    printf("\n");
+    return TIDE_EXIT_OK;
 }

@@ -1,16 +1,275 @@
-/* Placeholder: replaced by the owner of this subcommand. */
+/* tide tokenize / tide detokenize: the tokenizer on the command line.
+ *
+ *   tide tokenize --tokenizer FILE [--jsonl] [--split-special]  < text > ids
+ *   tide detokenize --tokenizer FILE [--jsonl] [--skip-special] < ids > text
+ *   tide tokenize --tokenizer FILE --bench TEXTFILE
+ *
+ * One input line gives one output line. With --jsonl each text line is a JSON
+ * string, so texts can hold newlines; detokenize then writes JSON strings
+ * (invalid UTF-8 replaced by U+FFFD), otherwise the raw bytes. */
+#include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
+#include "base/log.h"
 #include "cli/cli.h"
+#include "text/tokenizer.h"
+
+#ifndef TIDE_DEFAULT_TOKENIZER
+#define TIDE_DEFAULT_TOKENIZER ""
+#endif
+
+typedef struct {
+    const char *tokenizer, *bench;
+    bool jsonl, split_special, skip_special, stream;
+} opts;
+
+static void usage(FILE *f, bool detok) {
+    if (!detok)
+        fprintf(f,
+                "usage: tide tokenize [--tokenizer FILE] [--jsonl] [--split-special] < text\n"
+                "       tide tokenize [--tokenizer FILE] --bench TEXTFILE\n\n"
+                "Reads text on stdin and prints, for each input line, one line of space-separated\n"
+                "token ids (the line's newline is not encoded; no BOS/EOS is added).\n\n"
+                "  --tokenizer FILE   a Hugging Face tokenizer.json (default: %s)\n"
+                "  --jsonl            each input line is a JSON string (texts with newlines)\n"
+                "  --split-special    encode special tokens' text as plain text\n"
+                "  --bench TEXTFILE   encode TEXTFILE line by line (newlines included), print MB/s\n",
+                *TIDE_DEFAULT_TOKENIZER ? TIDE_DEFAULT_TOKENIZER : "none compiled in");
+    else
+        fprintf(f,
+                "usage: tide detokenize [--tokenizer FILE] [--jsonl] [--skip-special] [--stream] < ids\n\n"
+                "Reads lines of space-separated token ids on stdin and prints each line's text.\n\n"
+                "  --tokenizer FILE   a Hugging Face tokenizer.json (default: %s)\n"
+                "  --jsonl            print each text as a JSON string\n"
+                "  --skip-special     drop tokens flagged special\n"
+                "  --stream           decode through the streaming detokenizer, token by token\n",
+                *TIDE_DEFAULT_TOKENIZER ? TIDE_DEFAULT_TOKENIZER : "none compiled in");
+}
+
+static int parse(int argc, char **argv, bool detok, opts *o) {
+    memset(o, 0, sizeof *o);
+    o->tokenizer = TIDE_DEFAULT_TOKENIZER;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout, detok); return 1; }
+        if (!strcmp(a, "--tokenizer") && i + 1 < argc) o->tokenizer = argv[++i];
+        else if (!strcmp(a, "--jsonl")) o->jsonl = true;
+        else if (!detok && !strcmp(a, "--split-special")) o->split_special = true;
+        else if (!detok && !strcmp(a, "--bench") && i + 1 < argc) o->bench = argv[++i];
+        else if (detok && !strcmp(a, "--skip-special")) o->skip_special = true;
+        else if (detok && !strcmp(a, "--stream")) o->stream = true;
+        else {
+            fprintf(stderr, "tide %s: unknown or incomplete option '%s'\n\n", detok ? "detokenize" : "tokenize", a);
+            usage(stderr, detok);
+            return 2;
+        }
+    }
+    if (!*o->tokenizer) {
+        fprintf(stderr, "tide: no --tokenizer given and no default compiled in\n");
+        return 2;
+    }
+    return 0;
+}
+
+static tide_tokenizer *load(const char *path) {
+    tide_status st = {0};
+    tide_tokenizer *tok;
+    if (tide_tokenizer_load(path, &tok, &st) != 0) {
+        fprintf(stderr, "tide: %s\n", st.msg);
+        return NULL;
+    }
+    return tok;
+}
+
+/* Reads one line (without its '\n') into *buf; returns its length or -1 at EOF. */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap) {
+    ssize_t n = getline(buf, cap, f);
+    if (n < 0) return -1;
+    if (n > 0 && (*buf)[n - 1] == '\n') (*buf)[--n] = 0;
+    return n;
+}
+
+static int bench(const tide_tokenizer *tok, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { fprintf(stderr, "tide tokenize: %s: %s\n", path, strerror(errno)); return TIDE_EXIT_FAIL; }
+    /* Load first so that only encoding is timed. */
+    char *data = NULL;
+    size_t n = 0, cap = 0;
+    char chunk[1 << 16];
+    size_t r;
+    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (n + r > cap) {
+            cap = (n + r) * 2;
+            char *p = realloc(data, cap);
+            if (!p) { free(data); fclose(f); fprintf(stderr, "tide tokenize: out of memory\n"); return TIDE_EXIT_FAIL; }
+            data = p;
+        }
+        memcpy(data + n, chunk, r);
+        n += r;
+    }
+    fclose(f);
+    tide_tok_cache *cache = tide_tok_cache_new();
+    tide_tok_ids ids = {0};
+    tide_status st = {0};
+    size_t tokens = 0;
+    int rc = 0;
+    double t0 = tide_now_seconds();
+    clock_t c0 = clock();
+    for (size_t i = 0; i < n && rc == 0;) {
+        const char *nl = memchr(data + i, '\n', n - i);
+        size_t end = nl ? (size_t)(nl - data) + 1 : n;
+        ids.n = 0;
+        rc = tide_tokenizer_encode(tok, data + i, end - i, 0, cache, &ids, &st);
+        tokens += ids.n;
+        i = end;
+    }
+    double dt = tide_now_seconds() - t0;
+    /* CPU time too: on a shared machine the wall clock includes waiting. */
+    double cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    if (rc != 0) fprintf(stderr, "tide tokenize: %s\n", st.msg);
+    else
+        printf("%zu bytes, %zu tokens; wall %.3f s: %.1f MB/s; cpu %.3f s: %.1f MB/s, %.0f tokens/s\n", n, tokens,
+               dt, dt > 0 ? (double)n / dt / 1e6 : 0.0, cpu, cpu > 0 ? (double)n / cpu / 1e6 : 0.0,
+               cpu > 0 ? (double)tokens / cpu : 0.0);
+    tide_tok_ids_free(&ids);
+    tide_tok_cache_free(cache);
+    free(data);
+    return rc ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
+}
+
+static int json_line(const char *line, size_t n, size_t lineno, char **text, size_t *len) {
+    json_error_t err;
+    json_t *j = json_loadb(line, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    if (!json_is_string(j)) {
+        fprintf(stderr, "tide tokenize: line %zu is not a JSON string%s%s\n", lineno, j ? "" : ": ", j ? "" : err.text);
+        json_decref(j);
+        return -1;
+    }
+    *len = json_string_length(j);
+    *text = malloc(*len + 1);
+    if (*text) memcpy(*text, json_string_value(j), *len + 1);
+    json_decref(j);
+    return *text ? 0 : -1;
+}
 
 int tide_cmd_tokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "tide tokenize: not implemented yet\n");
-    return TIDE_EXIT_FAIL;
+    opts o;
+    int pr = parse(argc, argv, false, &o);
+    if (pr) return pr == 1 ? TIDE_EXIT_OK : TIDE_EXIT_USAGE;
+    tide_tokenizer *tok = load(o.tokenizer);
+    if (!tok) return TIDE_EXIT_FAIL;
+    if (o.bench) {
+        int rc = bench(tok, o.bench);
+        tide_tokenizer_free(tok);
+        return rc;
+    }
+    tide_tok_cache *cache = tide_tok_cache_new();
+    tide_tok_ids ids = {0};
+    char *line = NULL;
+    size_t cap = 0, lineno = 0;
+    ssize_t n;
+    int rc = TIDE_EXIT_OK;
+    while ((n = read_line(stdin, &line, &cap)) >= 0) {
+        lineno++;
+        char *text = line;
+        size_t len = (size_t)n;
+        if (o.jsonl && json_line(line, len, lineno, &text, &len) != 0) { rc = TIDE_EXIT_FAIL; break; }
+        tide_status st = {0};
+        ids.n = 0;
+        int e = tide_tokenizer_encode(tok, text, len, o.split_special ? TIDE_ENCODE_SPLIT_SPECIAL : 0, cache, &ids, &st);
+        if (text != line) free(text);
+        if (e != 0) {
+            fprintf(stderr, "tide tokenize: line %zu: %s\n", lineno, st.msg);
+            rc = TIDE_EXIT_FAIL;
+            break;
+        }
+        for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
+        putchar('\n');
+    }
+    free(line);
+    tide_tok_ids_free(&ids);
+    tide_tok_cache_free(cache);
+    tide_tokenizer_free(tok);
+    if (fflush(stdout) != 0) rc = TIDE_EXIT_FAIL;
+    return rc;
+}
+
+static int parse_ids(const char *line, size_t lineno, tide_tok_ids *ids) {
+    const char *p = line;
+    tide_status st = {0};
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+        if (!*p) return 0;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ' ' && *end != '\t' && *end != '\r')) {
+            fprintf(stderr, "tide detokenize: line %zu: '%.20s' is not a token id\n", lineno, p);
+            return -1;
+        }
+        if (tide_tok_ids_push(ids, (int32_t)v, &st) != 0) { fprintf(stderr, "tide detokenize: %s\n", st.msg); return -1; }
+        p = end;
+    }
+}
+
+static int write_text(const char *s, size_t n, bool jsonl) {
+    if (!jsonl) return fwrite(s, 1, n, stdout) == n ? 0 : -1;
+    char *fixed;
+    size_t fl;
+    tide_status st = {0};
+    if (tide_utf8_lossy(s, n, &fixed, &fl, &st) != 0) return -1;
+    json_t *j = json_stringn(fixed, fl);
+    free(fixed);
+    char *enc = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    if (!enc) return -1;
+    int rc = fputs(enc, stdout) < 0 ? -1 : 0;
+    free(enc);
+    return rc;
+}
+
+static int decode_line(const tide_tokenizer *tok, const opts *o, const tide_tok_ids *ids, size_t lineno) {
+    tide_status st = {0};
+    char *text = NULL;
+    size_t len = 0;
+    int rc;
+    if (o->stream) {
+        rc = tide_detok_decode_all(tok, o->skip_special ? TIDE_DECODE_SKIP_SPECIAL : 0, ids->ids, ids->n, &text, &len, &st);
+    } else {
+        rc = tide_tokenizer_decode(tok, ids->ids, ids->n, o->skip_special ? TIDE_DECODE_SKIP_SPECIAL : 0, &text, &len, &st);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "tide detokenize: line %zu: %s\n", lineno, st.msg);
+        return -1;
+    }
+    rc = write_text(text, len, o->jsonl);
+    free(text);
+    return rc;
 }
 
 int tide_cmd_detokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "tide detokenize: not implemented yet\n");
-    return TIDE_EXIT_FAIL;
+    opts o;
+    int pr = parse(argc, argv, true, &o);
+    if (pr) return pr == 1 ? TIDE_EXIT_OK : TIDE_EXIT_USAGE;
+    tide_tokenizer *tok = load(o.tokenizer);
+    if (!tok) return TIDE_EXIT_FAIL;
+    tide_tok_ids ids = {0};
+    char *line = NULL;
+    size_t cap = 0, lineno = 0;
+    int rc = TIDE_EXIT_OK;
+    while (read_line(stdin, &line, &cap) >= 0) {
+        lineno++;
+        ids.n = 0;
+        if (parse_ids(line, lineno, &ids) != 0 || decode_line(tok, &o, &ids, lineno) != 0) { rc = TIDE_EXIT_FAIL; break; }
+        putchar('\n');
+    }
+    free(line);
+    tide_tok_ids_free(&ids);
+    tide_tokenizer_free(tok);
+    if (fflush(stdout) != 0) rc = TIDE_EXIT_FAIL;
+    return rc;
 }

@@ -4,8 +4,9 @@
  * Formats
  *   bf16      round-to-nearest-even from f32, NaN kept quiet.
  *   e4m3fn    fp8: bias 7, no infinities, 0x7f/0xff are NaN, max 448. Conversion
- *             from f32 follows torch's float8_e4m3fn cast (RNE; |x| >= 480 -> NaN,
- *             448 < |x| < 480 rounds to 448; denormals kept).
+ *             from f32 follows torch's float8_e4m3fn cast (RNE; denormals kept;
+ *             448 < |x| <= 464 rounds to 448, 464 < |x| rounds to the bit
+ *             pattern 0x7f, which is NaN, as does |x| >= 480, inf and NaN).
  *   e8m0      ue8m0 scale: a bare exponent, value 2^(code-127); 0xff is NaN.
  *   e2m1      fp4: 0, .5, 1, 1.5, 2, 3, 4, 6 with a sign bit (code bit 3); two
  *             per byte, the LOW nibble holds the even element.
@@ -43,10 +44,13 @@ float tide_e8m0_to_f32(uint8_t code);
  * >= ratio (ratio positive and finite). */
 uint8_t tide_e8m0_ceil(float ratio);
 
-uint8_t tide_f32_to_e2m1(float x); /* x already clamped to [-6, 6]; RNE at midpoints */
+uint8_t tide_f32_to_e2m1(float x); /* clamped to [-6, 6] first; RNE at midpoints */
 float tide_e2m1_to_f32(uint8_t code);
 
-/* ---- activation block quantisation (n a multiple of block) ---- */
+/* ---- activation block quantisation (n a multiple of block) ----
+ * q and scale (or packed, ceil(n/2) bytes) are written; scale has
+ * ceil(n/block) entries. A trailing partial block is quantised on its own;
+ * block 0 does nothing. No allocation, safe to call on any row. */
 void tide_quant_fp8_act(const float *x, size_t n, size_t block, uint8_t *q, uint8_t *scale);
 void tide_sim_fp8_act(float *x, size_t n, size_t block);
 
@@ -55,6 +59,17 @@ void tide_sim_fp4_e8m0(float *x, size_t n, size_t block);
 
 void tide_quant_fp4_e4m3(const float *x, size_t n, size_t block, uint8_t *packed, uint8_t *scale);
 void tide_sim_fp4_e4m3(float *x, size_t n, size_t block);
+
+/* ---- added by num: rows and dequantisers ---- */
+/* In-place f32 -> bf16 -> f32 of a row, and the row conversions. */
+void tide_round_bf16_row(float *x, size_t n);
+void tide_f32_to_bf16_row(const float *x, uint16_t *h, size_t n);
+void tide_bf16_to_f32_row(const uint16_t *h, float *x, size_t n);
+/* Inverses of the activation quantisers above (same layouts):
+ * dequant(quant(x)) equals sim(x) bit for bit. */
+void tide_dequant_fp8_act(const uint8_t *q, const uint8_t *scale, size_t n, size_t block, float *dst);
+void tide_dequant_fp4_e8m0(const uint8_t *packed, const uint8_t *scale, size_t n, size_t block, float *dst);
+void tide_dequant_fp4_e4m3(const uint8_t *packed, const uint8_t *scale, size_t n, size_t block, float *dst);
 
 /* ---- weights ---- */
 /* w: [out][in] e4m3 codes; scale: [ceil(out/32)][ceil(in/32)] e8m0. */

@@ -1,0 +1,85 @@
+/* The three HTTP APIs tide speaks, on the way in: an OpenAI Chat
+ * Completions, OpenAI Responses or Anthropic Messages request body becomes
+ * a conversation (text/conv.h) plus generation settings. An invalid request
+ * gets an error in that API's own error shape, naming the field
+ * ("messages[2].content: expected string or array"). The way out (events
+ * and responses) is api/out.h. Conversion tables: docs/text.md. */
+#ifndef TIDE_API_API_H
+#define TIDE_API_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "base/status.h"
+#include "text/conv.h"
+#include "text/outparse.h"
+
+typedef enum tide_api_kind {
+    TIDE_API_CHAT,      /* POST /v1/chat/completions */
+    TIDE_API_RESPONSES, /* POST /v1/responses */
+    TIDE_API_MESSAGES,  /* POST /v1/messages */
+} tide_api_kind;
+
+/* Hostile-input limits for request bodies. */
+#define TIDE_API_MAX_BODY (32u << 20)
+#define TIDE_API_MAX_DEPTH 64 /* JSON nesting anywhere in the body */
+
+typedef enum tide_tool_choice {
+    TIDE_TOOLS_AUTO,
+    TIDE_TOOLS_NONE,     /* tools are left out of the prompt */
+    TIDE_TOOLS_REQUIRED, /* the model must call some tool */
+    TIDE_TOOLS_NAMED,    /* the model must call `tool_name` (the only tool left in the prompt) */
+} tide_tool_choice;
+
+typedef enum tide_out_format {
+    TIDE_FMT_TEXT,
+    TIDE_FMT_JSON_OBJECT,
+    TIDE_FMT_JSON_SCHEMA, /* json_schema holds the schema */
+} tide_out_format;
+
+typedef struct tide_gen {
+    char *model;         /* as the client named it ("" when absent) */
+    double temperature;  /* default 1.0 */
+    double top_p;        /* default 1.0 */
+    int top_k;           /* 0 = off */
+    int max_tokens;      /* the request's, or the mode's default */
+    char *stop[TIDE_OUTPARSE_MAX_STOPS];
+    size_t n_stop;
+    int has_seed;
+    uint64_t seed;
+    int stream;
+    int include_usage;   /* Chat Completions stream_options.include_usage */
+    tide_tool_choice tool_choice;
+    char *tool_name;     /* TIDE_TOOLS_NAMED */
+    int parallel_tool_calls; /* default 1 */
+    tide_out_format format;
+    json_t *json_schema; /* TIDE_FMT_JSON_SCHEMA: the schema itself (owned) */
+} tide_gen;
+
+typedef struct tide_api_req {
+    tide_api_kind kind;
+    tide_conv conv;
+    tide_gen gen;
+} tide_api_req;
+
+typedef struct tide_api_err {
+    int http_status;   /* 400, or 413 for a body over the size limit */
+    char param[160];   /* the offending field ("messages[2].content"), "" if none */
+    const char *type;  /* "invalid_request_error", ... (static string) */
+    tide_status st;    /* message: "<param>: what was wrong" */
+} tide_api_err;
+
+/* Parses a request body. On failure *req is left empty and err says why. */
+int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_req *req, tide_api_err *err);
+void tide_api_req_free(tide_api_req *req);
+
+/* The error body in the API's own shape (malloc'd JSON text):
+ *   OpenAI:    {"error": {"message", "type", "param", "code"}}
+ *   Anthropic: {"type": "error", "error": {"type", "message"}} */
+char *tide_api_error_json(tide_api_kind kind, const tide_api_err *err);
+
+const char *tide_api_kind_name(tide_api_kind kind);
+
+#endif

@@ -1,0 +1,12 @@
+/* The three request converters behind tide_api_parse (internal to src/api/).
+ * Each reads a parsed JSON object into an initialised request. */
+#ifndef TIDE_API_CONVERT_H
+#define TIDE_API_CONVERT_H
+
+#include "api/api.h"
+
+int tide_convert_chat(json_t *root, tide_api_req *req, tide_api_err *err);
+int tide_convert_responses(json_t *root, tide_api_req *req, tide_api_err *err);
+int tide_convert_messages(json_t *root, tide_api_req *req, tide_api_err *err);
+
+#endif

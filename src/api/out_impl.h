@@ -1,0 +1,63 @@
+/* Internals shared by out.c and the three event writers (out_chat.c,
+ * out_responses.c, out_messages.c). The parser's events are grouped into
+ * output ITEMS (a reasoning run, a text run, one tool call) in the order
+ * they appear; every API's events and responses are written from items. */
+#ifndef TIDE_API_OUT_IMPL_H
+#define TIDE_API_OUT_IMPL_H
+
+#include "api/out.h"
+#include "text/outparse.h"
+#include "text/sbuf.h"
+
+typedef enum { IT_REASONING, IT_TEXT, IT_CALL } item_kind;
+
+typedef struct out_item {
+    item_kind kind;
+    size_t call;   /* IT_CALL: index among the turn's calls */
+    tide_sb text;  /* reasoning or text (calls keep theirs in the parser) */
+    char id[96];   /* Responses item id / tool call id */
+} out_item;
+
+typedef enum { FIN_STOP, FIN_STOP_SEQ, FIN_LENGTH, FIN_TOOLS } fin_kind;
+
+typedef struct out_api {
+    int (*begin)(tide_api_out *o, tide_status *st);
+    int (*open)(tide_api_out *o, size_t item, tide_status *st);
+    int (*delta)(tide_api_out *o, size_t item, const char *text, size_t len, tide_status *st);
+    int (*close)(tide_api_out *o, size_t item, tide_status *st);
+    int (*finish)(tide_api_out *o, tide_status *st);
+    json_t *(*response)(tide_api_out *o);
+    int (*fail)(tide_api_out *o, const char *message, tide_status *st);
+} out_api;
+
+struct tide_api_out {
+    tide_api_kind kind;
+    const out_api *api;
+    char *id, *model;
+    int64_t created;
+    int stream, include_usage, max_tokens, parallel_tool_calls;
+    double temperature, top_p;
+    tide_outparse *parser;
+    tide_sse_fn fn;
+    void *ud;
+    out_item *items;
+    size_t n_items, cap_items;
+    long open;  /* index of the open item, -1 none */
+    int begun, finished, failed;
+    int64_t seq; /* Responses sequence_number */
+    fin_kind fin;
+    tide_usage usage;
+};
+
+/* Sends one event: `obj` is consumed. Responses events get their
+ * sequence_number here. */
+int tide_out_emit(tide_api_out *o, const char *event, json_t *obj, tide_status *st);
+/* The arguments of tool call `call` as parsed (JSON object text). */
+const char *tide_out_call_args(const tide_api_out *o, size_t call, size_t *len);
+const char *tide_out_call_name(const tide_api_out *o, size_t call);
+/* The parser's matched stop sequence, or NULL. */
+const char *tide_out_stop_seq(const tide_api_out *o);
+
+extern const out_api tide_out_chat, tide_out_responses, tide_out_messages;
+
+#endif

@@ -1,0 +1,256 @@
+/* OpenAI Chat Completions request -> conversation + settings.
+ * The field table is in docs/text.md. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/convert.h"
+#include "api/jfield.h"
+#include "text/pyjson.h"
+#include "text/sbuf.h"
+
+/* Content: a string, null (when allowed) or an array of text parts, joined
+ * with blank lines (the reference encoder's rule for content blocks). */
+static int read_content(json_t *v, const char *path, int allow_null, tide_sb *out, tide_api_err *err) {
+    if (!v || json_is_null(v)) {
+        if (allow_null) return 0;
+        return tide_api_bad(err, path, "required");
+    }
+    if (json_is_string(v)) {
+        tide_sb_addn(out, json_string_value(v), json_string_length(v));
+        return 0;
+    }
+    if (!json_is_array(v)) return tide_api_bad(err, path, "expected string or array, got %s", tide_json_type_name(v));
+    size_t i;
+    json_t *part;
+    char p[160], q[160];
+    json_array_foreach(v, i, part) {
+        tide_path_idx(p, sizeof p, path, i);
+        const char *type = NULL, *text = NULL;
+        if (!json_is_object(part)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(part));
+        if (tide_get_string(part, "type", p, &type, err)) return -1;
+        if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
+        if (!strcmp(type, "image_url") || !strcmp(type, "image") || !strcmp(type, "input_image"))
+            return tide_api_unsupported(err, p, "images are not supported yet");
+        if (strcmp(type, "text") != 0)
+            return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "content part type \"%.40s\" is not supported", type);
+        if (tide_get_string(part, "text", p, &text, err)) return -1;
+        if (!text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
+        if (i) tide_sb_add(out, "\n\n");
+        tide_sb_add(out, text);
+    }
+    return 0;
+}
+
+static int read_calls(tide_api_req *req, json_t *calls, const char *path, tide_api_err *err) {
+    size_t i;
+    json_t *c;
+    char p[160], q[160];
+    json_array_foreach(calls, i, c) {
+        tide_path_idx(p, sizeof p, path, i);
+        if (!json_is_object(c)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(c));
+        const char *id = NULL, *type = NULL, *name = NULL;
+        json_t *fn;
+        if (tide_get_string(c, "id", p, &id, err) || tide_get_string(c, "type", p, &type, err) ||
+            tide_get_object(c, "function", p, &fn, err))
+            return -1;
+        if (type && strcmp(type, "function") != 0)
+            return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "only function tool calls are supported");
+        if (!fn) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "function"), "required");
+        tide_path_key(q, sizeof q, p, "function");
+        if (tide_get_string(fn, "name", q, &name, err)) return -1;
+        if (!name) return tide_api_bad(err, tide_path_key(p, sizeof p, q, "name"), "required");
+        json_t *args = json_object_get(fn, "arguments");
+        char *owned = NULL;
+        const char *text = "{}";
+        if (json_is_string(args)) text = json_string_value(args);
+        else if (json_is_object(args)) text = owned = json_dumps(args, JSON_COMPACT);
+        else if (args && !json_is_null(args))
+            return tide_api_bad(err, tide_path_key(p, sizeof p, q, "arguments"), "expected string, got %s",
+                                tide_json_type_name(args));
+        int rc = tide_conv_add_call(&req->conv, id, name, text ? text : "{}", &err->st);
+        free(owned);
+        if (rc != 0) return tide_api_bad(err, tide_path_key(p, sizeof p, q, "name"), "%s", err->st.msg);
+    }
+    return 0;
+}
+
+static int read_message(tide_api_req *req, json_t *m, const char *path, tide_api_err *err) {
+    char p[160];
+    if (!json_is_object(m)) return tide_api_bad(err, path, "expected object, got %s", tide_json_type_name(m));
+    const char *role = NULL;
+    if (tide_get_string(m, "role", path, &role, err)) return -1;
+    if (!role) return tide_api_bad(err, tide_path_key(p, sizeof p, path, "role"), "required");
+    tide_role r;
+    if (!strcmp(role, "system") || !strcmp(role, "developer")) r = TIDE_ROLE_SYSTEM;
+    else if (!strcmp(role, "user")) r = TIDE_ROLE_USER;
+    else if (!strcmp(role, "assistant")) r = TIDE_ROLE_ASSISTANT;
+    else if (!strcmp(role, "tool")) r = TIDE_ROLE_TOOL;
+    else
+        return tide_api_bad(err, tide_path_key(p, sizeof p, path, "role"),
+                            "unknown role \"%.32s\" (expected system, developer, user, assistant or tool)", role);
+    tide_sb text;
+    tide_sb_init(&text);
+    int rc = read_content(json_object_get(m, "content"), tide_path_key(p, sizeof p, path, "content"),
+                          r == TIDE_ROLE_ASSISTANT, &text, err);
+    if (!rc && tide_sb_check(&text, "reading content", &err->st)) rc = -1;
+    if (!rc && tide_conv_add(&req->conv, r, text.s, text.len, &err->st))
+        rc = tide_api_bad(err, tide_path_key(p, sizeof p, path, "content"), "%s", err->st.msg);
+    tide_sb_free(&text);
+    if (rc) return -1;
+    if (r == TIDE_ROLE_ASSISTANT) {
+        const char *reasoning = NULL;
+        json_t *calls;
+        if (tide_get_string(m, "reasoning_content", path, &reasoning, err) ||
+            (!reasoning && tide_get_string(m, "reasoning", path, &reasoning, err)) ||
+            tide_get_array(m, "tool_calls", path, &calls, err))
+            return -1;
+        if (reasoning && tide_conv_set_reasoning(&req->conv, reasoning, strlen(reasoning), &err->st))
+            return tide_api_bad(err, tide_path_key(p, sizeof p, path, "reasoning_content"), "%s", err->st.msg);
+        if (calls && read_calls(req, calls, tide_path_key(p, sizeof p, path, "tool_calls"), err)) return -1;
+    } else if (r == TIDE_ROLE_TOOL) {
+        const char *id = NULL;
+        if (tide_get_string(m, "tool_call_id", path, &id, err)) return -1;
+        if (id && tide_conv_set_call_id(&req->conv, id, &err->st)) return -1;
+    }
+    return 0;
+}
+
+static int read_tools(tide_api_req *req, json_t *root, tide_api_err *err) {
+    json_t *tools;
+    if (tide_get_array(root, "tools", "", &tools, err)) return -1;
+    size_t i;
+    json_t *t;
+    char p[160], q[160];
+    json_array_foreach(tools, i, t) {
+        tide_path_idx(p, sizeof p, "tools", i);
+        const char *type = NULL;
+        json_t *fn;
+        if (!json_is_object(t)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(t));
+        if (tide_get_string(t, "type", p, &type, err) || tide_get_object(t, "function", p, &fn, err)) return -1;
+        if (type && strcmp(type, "function") != 0)
+            return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "only function tools are supported");
+        if (!fn) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "function"), "required");
+        if (tide_add_tool(req, fn, tide_path_key(q, sizeof q, p, "function"), "parameters", err)) return -1;
+    }
+    json_t *choice = json_object_get(root, "tool_choice");
+    if (!choice || json_is_null(choice)) return 0;
+    if (json_is_string(choice)) {
+        const char *c = json_string_value(choice);
+        if (!strcmp(c, "none")) req->gen.tool_choice = TIDE_TOOLS_NONE;
+        else if (!strcmp(c, "auto")) req->gen.tool_choice = TIDE_TOOLS_AUTO;
+        else if (!strcmp(c, "required")) req->gen.tool_choice = TIDE_TOOLS_REQUIRED;
+        else return tide_api_bad(err, "tool_choice", "expected none, auto, required or an object, got \"%.32s\"", c);
+    } else if (json_is_object(choice)) {
+        json_t *fn;
+        const char *name = NULL;
+        if (tide_get_object(choice, "function", "tool_choice", &fn, err) ||
+            tide_get_string(fn, "name", "tool_choice.function", &name, err))
+            return -1;
+        if (!name) return tide_api_bad(err, "tool_choice.function.name", "required");
+        req->gen.tool_choice = TIDE_TOOLS_NAMED;
+        if (!(req->gen.tool_name = strdup(name))) return tide_fail(&err->st, TIDE_ERR_NOMEM, "out of memory");
+    } else {
+        return tide_api_bad(err, "tool_choice", "expected string or object, got %s", tide_json_type_name(choice));
+    }
+    return tide_apply_tool_choice(req, "tool_choice", err);
+}
+
+static int read_format(tide_api_req *req, json_t *root, tide_api_err *err) {
+    json_t *rf;
+    const char *type = NULL;
+    if (tide_get_object(root, "response_format", "", &rf, err)) return -1;
+    if (!rf) return 0;
+    if (tide_get_string(rf, "type", "response_format", &type, err)) return -1;
+    if (!type) return tide_api_bad(err, "response_format.type", "required");
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object")) return tide_set_format(req, TIDE_FMT_JSON_OBJECT, NULL, rf, err);
+    if (strcmp(type, "json_schema") != 0)
+        return tide_api_bad(err, "response_format.type", "expected text, json_object or json_schema, got \"%.32s\"", type);
+    json_t *js, *schema;
+    if (tide_get_object(rf, "json_schema", "response_format", &js, err)) return -1;
+    if (!js) return tide_api_bad(err, "response_format.json_schema", "required");
+    if (tide_get_object(js, "schema", "response_format.json_schema", &schema, err)) return -1;
+    if (!schema) return tide_api_bad(err, "response_format.json_schema.schema", "required");
+    return tide_set_format(req, TIDE_FMT_JSON_SCHEMA, schema, rf, err);
+}
+
+static int read_sampling(tide_api_req *req, json_t *root, int *max_given, tide_api_err *err) {
+    tide_gen *g = &req->gen;
+    long long top_k = 0, max_tokens = 0, n = 1, seed = 0;
+    double ignored = 0;
+    int logprobs = 0;
+    json_t *so;
+    const char *model = NULL;
+    if (tide_get_string(root, "model", "", &model, err) ||
+        tide_get_number(root, "temperature", "", 0, 2, &g->temperature, err) ||
+        tide_get_number(root, "top_p", "", 0, 1, &g->top_p, err) ||
+        tide_get_int(root, "top_k", "", -1, 1 << 20, &top_k, err) ||
+        tide_get_int(root, "max_tokens", "", 1, 1 << 24, &max_tokens, err) ||
+        tide_get_int(root, "max_completion_tokens", "", 1, 1 << 24, &max_tokens, err) ||
+        tide_get_int(root, "n", "", 1, 1 << 10, &n, err) || tide_get_stops(root, "stop", g, err) ||
+        tide_get_bool(root, "stream", "", &g->stream, err) ||
+        tide_get_object(root, "stream_options", "", &so, err) ||
+        tide_get_bool(so, "include_usage", "stream_options", &g->include_usage, err) ||
+        tide_get_bool(root, "parallel_tool_calls", "", &g->parallel_tool_calls, err) ||
+        tide_get_bool(root, "logprobs", "", &logprobs, err) ||
+        tide_get_number(root, "frequency_penalty", "", -2, 2, &ignored, err) ||
+        tide_get_number(root, "presence_penalty", "", -2, 2, &ignored, err))
+        return -1;
+    if (n != 1) return tide_api_unsupported(err, "n", "only n = 1 is supported");
+    if (logprobs) return tide_api_unsupported(err, "logprobs", "log probabilities are not supported yet");
+    json_t *sv = json_object_get(root, "seed");
+    if (sv && !json_is_null(sv)) {
+        if (tide_get_int(root, "seed", "", INT64_MIN, INT64_MAX, &seed, err)) return -1;
+        g->has_seed = 1;
+        g->seed = (uint64_t)seed;
+    }
+    g->top_k = top_k < 0 ? 0 : (int)top_k;
+    *max_given = max_tokens > 0;
+    g->max_tokens = (int)max_tokens;
+    if (model && !(g->model = strdup(model))) return tide_fail(&err->st, TIDE_ERR_NOMEM, "out of memory");
+    return 0;
+}
+
+/* thinking: {"type": "enabled"|"disabled"} (DeepSeek), chat_template_kwargs
+ * {"thinking"|"enable_thinking": bool, "reasoning_effort"} (vLLM / SGLang),
+ * reasoning_effort (OpenAI). The explicit switches win over an effort. */
+static int read_thinking(tide_api_req *req, json_t *root, tide_api_err *err) {
+    int think = -1;
+    json_t *th, *kw;
+    if (tide_get_object(root, "thinking", "", &th, err) || tide_get_object(root, "chat_template_kwargs", "", &kw, err))
+        return -1;
+    if (th) {
+        const char *type = NULL;
+        if (tide_get_string(th, "type", "thinking", &type, err)) return -1;
+        if (!type || (strcmp(type, "enabled") && strcmp(type, "disabled")))
+            return tide_api_bad(err, "thinking.type", "expected \"enabled\" or \"disabled\"");
+        think = !strcmp(type, "enabled");
+    } else if (kw) {
+        if (tide_get_bool(kw, "enable_thinking", "chat_template_kwargs", &think, err) ||
+            tide_get_bool(kw, "thinking", "chat_template_kwargs", &think, err))
+            return -1;
+    }
+    json_t *effort = json_object_get(root, "reasoning_effort");
+    const char *where = "reasoning_effort";
+    if ((!effort || json_is_null(effort)) && kw) {
+        effort = json_object_get(kw, "reasoning_effort");
+        where = "chat_template_kwargs.reasoning_effort";
+    }
+    return tide_set_thinking(req, think, effort, where, err);
+}
+
+int tide_convert_chat(json_t *root, tide_api_req *req, tide_api_err *err) {
+    int max_given = 0;
+    json_t *msgs;
+    if (read_sampling(req, root, &max_given, err) || read_thinking(req, root, err)) return -1;
+    if (tide_get_array(root, "messages", "", &msgs, err)) return -1;
+    if (!msgs) return tide_api_bad(err, "messages", "required");
+    if (json_array_size(msgs) > TIDE_CONV_MAX_MESSAGES)
+        return tide_api_bad(err, "messages", "more than %d messages", TIDE_CONV_MAX_MESSAGES);
+    size_t i;
+    json_t *m;
+    char p[160];
+    json_array_foreach(msgs, i, m) if (read_message(req, m, tide_path_idx(p, sizeof p, "messages", i), err)) return -1;
+    if (read_tools(req, root, err) || read_format(req, root, err)) return -1;
+    return tide_finish_request(req, max_given, err);
+}

@@ -1,0 +1,72 @@
+/* Sparse attention with per-head sinks on the CPU (the reference's
+ * sparse_attn): one task per (row, head); each walks its row's entry list in
+ * chunks of 64 with an online softmax, rounding the un-normalised
+ * probabilities to BF16 before they weight the values. */
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+#define CHUNK 64
+
+typedef struct {
+    const float *q;
+    int heads;
+    int64_t dim;
+    const tide_attn_row *idx;
+    const float *sink;
+    float scale;
+    float *out;
+    float *acc;    /* per thread: 2 * dim floats */
+    double *pvacc; /* per thread: dim doubles */
+} attn_job;
+
+static void attn_task(void *arg, int64_t task, int thread) {
+    const attn_job *j = arg;
+    int64_t r = task / j->heads, D = j->dim;
+    int h = (int)(task % j->heads);
+    const float *q = j->q + (r * j->heads + h) * D;
+    const tide_attn_row *row = &j->idx[r];
+    float *num = j->acc + (int64_t)thread * 2 * D;
+    double *pv = j->pvacc + (int64_t)thread * D;
+    for (int64_t d = 0; d < D; d++) num[d] = 0;
+    float maximum = -1e30f, den = 0;
+    float sc[CHUNK], pr[CHUNK];
+    for (int b = 0; b < row->n_idx; b += CHUNK) {
+        int n = row->n_idx - b < CHUNK ? row->n_idx - b : CHUNK;
+        float cmax = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            const float *v = row->kv[b + i];
+            sc[i] = v ? tide_cpu_dot(q, v, D) * j->scale : -INFINITY;
+            if (sc[i] > cmax) cmax = sc[i];
+        }
+        float next = maximum > cmax ? maximum : cmax;
+        float corr = tide_cpu_expf(maximum - next);
+        for (int i = 0; i < n; i++) pr[i] = row->kv[b + i] ? tide_cpu_expf(sc[i] - next) : 0.0f;
+        den = den * corr + tide_cpu_sum_np(pr, n);
+        /* this chunk's probability-weighted values: BF16 probabilities, one
+         * rounding of the chunk's sum (the reference's chunk matmul) */
+        for (int64_t d = 0; d < D; d++) pv[d] = 0;
+        for (int i = 0; i < n; i++) {
+            if (!row->kv[b + i]) continue;
+            double pb = tide_round_bf16(pr[i]);
+            const float *v = row->kv[b + i];
+            for (int64_t d = 0; d < D; d++) pv[d] += pb * v[d];
+        }
+        for (int64_t d = 0; d < D; d++) num[d] = num[d] * corr + (float)pv[d];
+        maximum = next;
+    }
+    den += tide_cpu_expf(j->sink[h] - maximum);
+    float *o = j->out + (r * j->heads + h) * D;
+    for (int64_t d = 0; d < D; d++) o[d] = tide_round_bf16(num[d] / den);
+}
+
+void tide_cpu_sparse_attn(tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
+                          const tide_attn_row *idx, const float *sink, float scale, float *out) {
+    attn_job j = {q, heads, dim, idx, sink, scale, out, NULL, NULL};
+    j.acc = malloc((size_t)tide_pool_size(pool) * (size_t)dim * 2 * sizeof(float));
+    j.pvacc = malloc((size_t)tide_pool_size(pool) * (size_t)dim * sizeof(double));
+    if (!j.acc || !j.pvacc) abort();
+    tide_pool_for(pool, rows * heads, attn_task, &j);
+    free(j.acc);
+    free(j.pvacc);
+}

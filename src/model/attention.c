@@ -1,0 +1,185 @@
+/* The attention sub-layer (the reference's Attention.forward), for all rows
+ * of a step at once:
+ *
+ *   qr = q_norm(wq_a x); q = wq_b qr, RoPE on each head's tail
+ *   kv = kv_norm(wkv x), RoPE on the tail, FP8 simulation (the window KV)
+ *   ratio > 0: the KV source compresses, the index source picks top-k,
+ *              latents get RoPE at their group's first token + FP4 sim
+ *   o = sparse_attn(q, window entries ++ compressed entries, sinks)
+ *   inverse RoPE on o's tails; grouped wo_a (BF16, per group); wo_b
+ *   the window ring takes this step's kv (slot = pos % window).
+ *
+ * The entry list of each query (its order matters numerically, see
+ * tide_fwd_opts.ref_layout) points at: this step's kv rows, the sequence's
+ * ring, or latents in the KV pool. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward_internal.h"
+#include "num/num.h"
+
+void *tide_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) abort();
+    return p;
+}
+
+void tide_rope_tail(const tide_step *s, int layer, float *x, int64_t n_vec, int64_t width,
+                    int64_t pos, int inverse) {
+    const tide_text_config *c = &s->m->cfg.text;
+    int rd = (int)c->qk_rope_head_dim;
+    float cs[512];
+    tide_rope_cs(s->m->layers[layer].rope_freq, rd / 2, pos, cs);
+    s->ops->rope(x + (width - rd), n_vec, width, rd / 2, cs, inverse);
+}
+
+/* Group-wise wo_a: o [rows][G][gin] -> oa [rows][G][R], each group with its
+ * own [R][gin] slice of the weight. */
+static void wo_a_grouped(tide_step *s, const tide_weight *w, const float *o, int64_t G, int64_t R,
+                         float *oa) {
+    int64_t gin = w->in, rows = s->rows;
+    float *xin = tide_xmalloc((size_t)(rows * gin) * sizeof(float));
+    float *yo = tide_xmalloc((size_t)(rows * R) * sizeof(float));
+    size_t el = w->type == TIDE_W_F32 ? 4 : 2;
+    for (int64_t g = 0; g < G; g++) {
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(xin + r * gin, o + (r * G + g) * gin, (size_t)gin * sizeof(float));
+        tide_weight wg = *w;
+        wg.out = R;
+        wg.data = (const uint8_t *)w->data + (size_t)(g * R * gin) * el;
+        s->ops->linear(s->pool, &wg, xin, rows, yo, TIDE_LIN_BF16_OUT);
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(oa + (r * G + g) * R, yo + r * R, (size_t)R * sizeof(float));
+    }
+    free(xin);
+    free(yo);
+}
+
+/* Window entries of row r (position p) of a sequence whose step starts at
+ * `start` with n rows, into ent; returns the count. */
+static int window_entries(const tide_step *s, int layer, int64_t r, const float *kv, const float **ent) {
+    const tide_text_config *c = &s->m->cfg.text;
+    int64_t win = c->sliding_window, Dh = c->head_dim;
+    int q = s->row_seq[r];
+    const tide_step_seq *sq = &s->seqs[q];
+    int64_t start = sq->cache->pos, n = sq->n_tokens, p = s->row_pos[r], row0 = s->seq_row0[q];
+    int cnt = 0;
+    if (s->fx->opt.ref_layout && start == 0) {
+        /* the reference's prefill: entries for the chunk's own rows only */
+        int64_t L = n < win ? n : win, base = p - win + 1 > 0 ? p - win + 1 : 0;
+        for (int64_t i = 0; i < L; i++) {
+            int64_t t = base + i;
+            ent[cnt++] = t > p ? NULL : kv + (row0 + t) * Dh;
+        }
+        return cnt;
+    }
+    /* the reference's decode: the whole ring, oldest first */
+    for (int64_t i = 0; i < win; i++) {
+        int64_t t = p - win + 1 + i;
+        if (t < 0) ent[cnt++] = NULL;
+        else if (t >= start) ent[cnt++] = kv + (row0 + t - start) * Dh;
+        else ent[cnt++] = tide_seq_ring(sq->cache, layer, t);
+    }
+    return cnt;
+}
+
+void tide_attention(tide_step *s, int layer, const float *x, float *out) {
+    const tide_model *m = s->m;
+    const tide_text_config *c = &m->cfg.text;
+    const tide_layer *L = &m->layers[layer];
+    const tide_attn_weights *a = &L->attn;
+    const tide_layer_role *role = L->role;
+    const tide_ops *ops = s->ops;
+    int64_t rows = s->rows, H = c->num_attention_heads, Dh = c->head_dim, QL = c->q_lora_rank;
+    int64_t G = c->o_groups, R = c->o_lora_rank, win = c->sliding_window, D = c->hidden_size;
+    int ratio = role->compress_ratio;
+
+    float *qr = tide_xmalloc((size_t)(rows * QL) * sizeof(float));
+    float *q = tide_xmalloc((size_t)(rows * H * Dh) * sizeof(float));
+    float *kv = tide_xmalloc((size_t)(rows * Dh) * sizeof(float));
+    ops->linear(s->pool, &a->wq_a, x, rows, qr, TIDE_LIN_BF16_OUT);
+    ops->rmsnorm(s->pool, qr, rows, QL, a->q_norm, c->rms_norm_eps, qr);
+    ops->linear(s->pool, &a->wq_b, qr, rows, q, TIDE_LIN_BF16_OUT);
+    ops->linear(s->pool, &a->wkv, x, rows, kv, TIDE_LIN_BF16_OUT);
+    ops->rmsnorm(s->pool, kv, rows, Dh, a->kv_norm, c->rms_norm_eps, kv);
+    for (int64_t r = 0; r < rows; r++) {
+        tide_rope_tail(s, layer, q + r * H * Dh, H, Dh, s->row_pos[r], 0);
+        tide_rope_tail(s, layer, kv + r * Dh, 1, Dh, s->row_pos[r], 0);
+        tide_sim_fp8_act(kv + r * Dh, (size_t)Dh, 32);
+    }
+
+    const tide_fwd_opts *dopt = &s->fx->opt;
+    if (dopt->dump) {
+        dopt->dump(dopt->dump_ctx, "q", layer, q, rows, H * Dh);
+        dopt->dump(dopt->dump_ctx, "kv", layer, kv, rows, Dh);
+    }
+    int kv_slot = -1;
+    if (ratio > 0) {
+        kv_slot = m->kv_src_slot[role->kv_source];
+        float *lat = NULL;
+        int64_t *first = tide_xmalloc((size_t)s->n_seqs * sizeof(int64_t));
+        int64_t *count = tide_xmalloc((size_t)s->n_seqs * sizeof(int64_t));
+        memset(count, 0, (size_t)s->n_seqs * sizeof(int64_t));
+        memset(first, 0, (size_t)s->n_seqs * sizeof(int64_t));
+        if (role->is_kv_source) {
+            lat = tide_xmalloc((size_t)(rows * Dh) * sizeof(float));
+            tide_compress(s, layer, x, lat, first, count);
+        }
+        if (role->is_index_source) tide_indexer(s, layer, x, qr, lat, first, count);
+        if (lat) {
+            /* latents: RoPE at the group's first token, then FP4 (e4m3 scales, 16) */
+            int64_t k = 0;
+            for (int qi = 0; qi < s->n_seqs; qi++) {
+                tide_seq_cache *sc = s->seqs[qi].cache;
+                for (int64_t j = first[qi]; j < first[qi] + count[qi]; j++, k++) {
+                    float *v = lat + k * Dh;
+                    tide_rope_tail(s, layer, v, 1, Dh, j * ratio, 0);
+                    tide_sim_fp4_e4m3(v, (size_t)Dh, 16);
+                    memcpy(tide_kv_latent(&s->fx->kv, &sc->tables[kv_slot], j), v,
+                           (size_t)Dh * sizeof(float));
+                }
+            }
+            free(lat);
+        }
+        free(first);
+        free(count);
+    }
+
+    /* entry lists */
+    int64_t itk = ratio > 0 ? c->index_topk : 0, per = win + itk;
+    const float **ents = tide_xmalloc((size_t)(rows * per) * sizeof(float *));
+    tide_attn_row *ar = tide_xmalloc((size_t)rows * sizeof *ar);
+    for (int64_t r = 0; r < rows; r++) {
+        const float **e = ents + r * per;
+        int n = window_entries(s, layer, r, kv, e);
+        if (ratio > 0) {
+            const tide_seq_cache *sc = s->seqs[s->row_seq[r]].cache;
+            for (int i = 0; i < s->topk_n[r]; i++)
+                e[n++] = tide_kv_latent(&s->fx->kv, &sc->tables[kv_slot], s->topk[r * itk + i]);
+        }
+        ar[r].kv = e;
+        ar[r].n_idx = n;
+    }
+    float *o = tide_xmalloc((size_t)(rows * H * Dh) * sizeof(float));
+    ops->sparse_attn(s->pool, q, rows, (int)H, Dh, ar, a->sink, (float)(1.0 / sqrt((double)Dh)), o);
+    for (int64_t r = 0; r < rows; r++) tide_rope_tail(s, layer, o + r * H * Dh, H, Dh, s->row_pos[r], 1);
+    if (dopt->dump) dopt->dump(dopt->dump_ctx, "o", layer, o, rows, H * Dh);
+    float *oa = tide_xmalloc((size_t)(rows * G * R) * sizeof(float));
+    wo_a_grouped(s, &a->wo_a, o, G, R, oa);
+    ops->linear(s->pool, &a->wo_b, oa, rows, out, TIDE_LIN_BF16_OUT);
+    (void)D;
+
+    /* the ring takes this step's window KV (after every query has read it) */
+    for (int64_t r = 0; r < rows; r++) {
+        tide_seq_cache *sc = s->seqs[s->row_seq[r]].cache;
+        memcpy(tide_seq_ring(sc, layer, s->row_pos[r]), kv + r * Dh, (size_t)Dh * sizeof(float));
+    }
+    free(qr);
+    free(q);
+    free(kv);
+    free(ents);
+    free(ar);
+    free(o);
+    free(oa);
+}

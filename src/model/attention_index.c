@@ -1,0 +1,178 @@
+/* The indexer of an index source layer (the reference's Indexer and
+ * select_candidate_blocks), per step:
+ *   - if it owns its keys: each new latent (before RoPE) becomes an index key
+ *     k = k_norm(wk latent), RoPE at the group's first token, FP4 (e8m0, 32),
+ *     stored beside the latent in the KV pool; the layer then "publishes"
+ *     its keys for the sequence;
+ *   - q = wq_b(qr) per head, RoPE, FP4; w = bf16(weights_proj(x) * scale);
+ *   - per query row: BF16 scores against the keys of the published (quirk)
+ *     or own (intended) KV source for positions [0, end//ratio), -inf where
+ *     j >= (pos+1)//ratio; the candidate source picks blocks, later index
+ *     sources mask to them; top-k with ties toward the lower position,
+ *     sorted by position, invisible picks dropped. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward_internal.h"
+#include "num/num.h"
+
+typedef struct {
+    tide_step *s;
+    int layer;
+    const float *q; /* [rows][IH*ID] */
+    const float *w; /* [rows][IH] */
+    const float *const *keys; /* per sequence: [n_keys][ID] */
+    const int64_t *n_keys;
+    float *scratch;  /* per thread: score + block scores */
+    int64_t scratch_per;
+    int32_t *iscratch;
+    int64_t iscratch_per;
+} idx_job;
+
+static void candidates(const tide_step *s, const float *score, int64_t n, int64_t cl, uint8_t *mask,
+                       float *bscore, int32_t *bidx) {
+    const tide_text_config *c = &s->m->cfg.text;
+    int64_t bs = c->candidate_block_size, nb = (n + bs - 1) / bs;
+    for (int64_t b = 0; b < nb; b++) {
+        float mx = -INFINITY;
+        for (int64_t j = b * bs; j < (b + 1) * bs && j < n; j++) mx = score[j] > mx ? score[j] : mx;
+        bscore[b] = mx;
+    }
+    /* the block holding the newest visible position is pinned in */
+    if (cl > 0) bscore[(cl - 1) / bs] = INFINITY;
+    int64_t kb = c->candidate_topk_blocks < nb ? c->candidate_topk_blocks : nb;
+    int got = s->ops->topk_sorted(bscore, nb, (int)kb, bidx, NULL);
+    memset(mask, 0, (size_t)n);
+    for (int i = 0; i < got; i++) {
+        int64_t b = bidx[i];
+        if (!(bscore[b] > -INFINITY)) continue;
+        for (int64_t j = b * bs; j < (b + 1) * bs && j < n; j++) mask[j] = 1;
+    }
+}
+
+static void idx_task(void *arg, int64_t r, int thread) {
+    idx_job *jb = arg;
+    tide_step *s = jb->s;
+    const tide_text_config *c = &s->m->cfg.text;
+    const tide_layer_role *role = s->m->layers[jb->layer].role;
+    int ratio = role->compress_ratio;
+    int q = s->row_seq[r];
+    int64_t IH = c->index_n_heads, ID = c->index_head_dim, itk = c->index_topk;
+    int64_t end = s->seqs[q].cache->pos + s->seqs[q].n_tokens;
+    int64_t n = end / ratio, cl = (s->row_pos[r] + 1) / ratio;
+    s->topk_n[r] = 0;
+    if (n == 0) return;
+    float *score = jb->scratch + (int64_t)thread * jb->scratch_per;
+    float *bscore = score + n;
+    int32_t *iscr = jb->iscratch + (int64_t)thread * jb->iscratch_per;
+    s->ops->index_scores(jb->q + r * IH * ID, (int)IH, ID, jb->w + r * IH, jb->keys[q], n, score);
+    for (int64_t j = cl; j < n; j++) score[j] = -INFINITY;
+    if (role->is_candidate_source) {
+        candidates(s, score, n, cl, s->cand + r * s->cand_w, bscore, iscr);
+    } else if (role->uses_candidates && s->has_cand && n <= s->cand_w) {
+        const uint8_t *mask = s->cand + r * s->cand_w;
+        for (int64_t j = 0; j < n; j++)
+            if (!mask[j]) score[j] = -INFINITY;
+    }
+    int k = s->ops->topk_sorted(score, n, (int)(itk < n ? itk : n), s->topk + r * itk, iscr);
+    while (k > 0 && s->topk[r * itk + k - 1] >= cl) k--; /* the reference's -1 entries */
+    s->topk_n[r] = k;
+}
+
+void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, const float *lat,
+                  const int64_t *first, const int64_t *count) {
+    const tide_model *m = s->m;
+    const tide_text_config *c = &m->cfg.text;
+    const tide_layer *L = &m->layers[layer];
+    const tide_attn_weights *a = &L->attn;
+    const tide_layer_role *role = L->role;
+    const tide_ops *ops = s->ops;
+    int ratio = role->compress_ratio;
+    int64_t rows = s->rows, IH = c->index_n_heads, ID = c->index_head_dim, Dh = c->head_dim;
+
+    /* 1. publish keys for the new latents */
+    if (role->indexer_owns_keys && lat) {
+        int slot = m->kv_src_slot[layer];
+        int64_t total = 0;
+        for (int q = 0; q < s->n_seqs; q++) total += count[q];
+        if (total > 0) {
+            float *k = tide_xmalloc((size_t)(total * ID) * sizeof(float));
+            ops->linear(s->pool, &a->idx_wk, lat, total, k, TIDE_LIN_BF16_OUT);
+            ops->rmsnorm(s->pool, k, total, ID, a->idx_k_norm, c->rms_norm_eps, k);
+            int64_t kk = 0;
+            for (int q = 0; q < s->n_seqs; q++) {
+                tide_seq_cache *sc = s->seqs[q].cache;
+                for (int64_t j = first[q]; j < first[q] + count[q]; j++, kk++) {
+                    float *v = k + kk * ID;
+                    tide_rope_tail(s, layer, v, 1, ID, j * ratio, 0);
+                    tide_sim_fp4_e8m0(v, (size_t)ID, 32);
+                    memcpy(tide_kv_key(&s->fx->kv, &sc->tables[slot], j), v, (size_t)ID * sizeof(float));
+                }
+                if (count[q] > 0) sc->published = layer;
+            }
+            free(k);
+        }
+    }
+    (void)Dh;
+
+    /* 2. queries and head weights */
+    float *q = tide_xmalloc((size_t)(rows * IH * ID) * sizeof(float));
+    float *w = tide_xmalloc((size_t)(rows * IH) * sizeof(float));
+    ops->linear(s->pool, &a->idx_wq_b, qr, rows, q, TIDE_LIN_BF16_OUT);
+    for (int64_t r = 0; r < rows; r++) {
+        tide_rope_tail(s, layer, q + r * IH * ID, IH, ID, s->row_pos[r], 0);
+        tide_sim_fp4_e8m0(q + r * IH * ID, (size_t)(IH * ID), 32);
+    }
+    ops->linear(s->pool, &a->idx_wproj, x, rows, w, TIDE_LIN_BF16_OUT);
+    float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
+    for (int64_t i = 0; i < rows * IH; i++) w[i] = tide_round_bf16(w[i] * wscale);
+
+    /* 3. gather each sequence's keys: [0, end // ratio) of the key source */
+    const float **keys = tide_xmalloc((size_t)s->n_seqs * sizeof(float *));
+    int64_t *n_keys = tide_xmalloc((size_t)s->n_seqs * sizeof(int64_t));
+    int64_t nmax = 0;
+    for (int qi = 0; qi < s->n_seqs; qi++) {
+        tide_seq_cache *sc = s->seqs[qi].cache;
+        int64_t start = sc->pos, n = (start + s->seqs[qi].n_tokens) / ratio;
+        int src = role->index_key_source;
+        if (s->fx->opt.index_key_quirk && sc->published >= 0) src = sc->published;
+        int slot = src >= 0 ? m->kv_src_slot[src] : -1;
+        /* positions the key source has: its groups completed up to now */
+        int64_t have = 0;
+        if (slot >= 0) {
+            int sr = m->layers[src].role->compress_ratio;
+            int64_t done = src <= layer ? start + s->seqs[qi].n_tokens : start;
+            have = done / sr;
+        }
+        float *kb = tide_xmalloc((size_t)((n ? n : 1) * ID) * sizeof(float));
+        for (int64_t j = 0; j < n; j++) {
+            if (j < have) memcpy(kb + j * ID, tide_kv_key(&s->fx->kv, &sc->tables[slot], j), (size_t)ID * sizeof(float));
+            else memset(kb + j * ID, 0, (size_t)ID * sizeof(float)); /* never written: zeros */
+        }
+        keys[qi] = kb;
+        n_keys[qi] = n;
+        nmax = n > nmax ? n : nmax;
+    }
+
+    /* 4. candidates buffer (candidate source) and per-row scoring */
+    if (role->is_candidate_source) {
+        free(s->cand);
+        s->cand_w = nmax ? nmax : 1;
+        s->cand = tide_xmalloc((size_t)(rows * s->cand_w));
+        memset(s->cand, 0, (size_t)(rows * s->cand_w));
+        s->has_cand = 1;
+    }
+    int nt = tide_pool_size(s->pool);
+    idx_job jb = {s, layer, q, w, keys, n_keys, NULL, 2 * nmax + 2, NULL, nmax + 2};
+    jb.scratch = tide_xmalloc((size_t)(nt * jb.scratch_per) * sizeof(float));
+    jb.iscratch = tide_xmalloc((size_t)(nt * jb.iscratch_per) * sizeof(int32_t));
+    tide_pool_for(s->pool, rows, idx_task, &jb);
+    free(jb.scratch);
+    free(jb.iscratch);
+    for (int qi = 0; qi < s->n_seqs; qi++) free((void *)keys[qi]);
+    free(keys);
+    free(n_keys);
+    free(q);
+    free(w);
+}

@@ -1,0 +1,319 @@
+/* tide synth's engine: manifest -> random values -> quantised bytes ->
+ * sharded safetensors, one row slab at a time (see synth.h). */
+#include "model/synth.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/log.h"
+#include "io/safetensors.h"
+#include "model/engram.h"
+#include "num/num.h"
+
+/* Elements per slab: bounds the memory of a write to ~6 bytes per element. */
+#define SLAB_ELEMS ((size_t)1 << 22)
+
+/* ---------------------------------------------------------------- values */
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 0xCBF29CE484222325ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001B3ull;
+    return h;
+}
+
+void tide_synth_values(uint64_t seed, const tide_manifest_entry *e, uint64_t first, size_t n, float *out) {
+    if (e->kind == TIDE_WK_SCALE) return;
+    uint64_t key = mix64(seed ^ mix64(name_hash(e->name)));
+    /* Uniform of unit variance: (u - 1/2) * sqrt(12), |value| <= sqrt(3). */
+    const float k = 3.4641016f * e->init_std;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = mix64(key + (first + i) * 0x9E3779B97F4A7C15ull);
+        float u = (float)(h >> 40) * (1.0f / 16777216.0f);
+        out[i] = e->init_mean + k * (u - 0.5f);
+    }
+}
+
+/* ---------------------------------------------------------------- slabs */
+
+typedef struct slab_bufs {
+    float *f;
+    uint8_t *q;
+    uint8_t *s;
+} slab_bufs;
+
+/* rows x cols of a 1-D or 2-D entry. */
+static void rows_cols(const tide_manifest_entry *e, int64_t *rows, int64_t *cols) {
+    if (e->ndim == 1) {
+        *rows = 1;
+        *cols = e->shape[0];
+    } else {
+        *rows = e->shape[0];
+        *cols = e->shape[1];
+    }
+}
+
+/* Rows per slab: a multiple of 32 for quantised kinds (block rows). */
+static int64_t slab_rows(const tide_manifest_entry *e, int64_t cols) {
+    int64_t r = (int64_t)(SLAB_ELEMS / (size_t)(cols > 0 ? cols : 1));
+    if (e->kind == TIDE_WK_FP8_WEIGHT) r = r / 32 * 32;
+    return r < 32 ? (e->kind == TIDE_WK_PLAIN ? (r < 1 ? 1 : r) : 32) : r;
+}
+
+typedef struct synth_ctx {
+    tide_stw *w;
+    uint64_t seed;
+    uint64_t done, total;
+    int progress;
+    slab_bufs b;
+    tide_status *st;
+} synth_ctx;
+
+static int put(synth_ctx *c, const char *name, uint64_t off, const void *data, uint64_t n) {
+    if (tide_stw_write_part(c->w, name, off, data, n, c->st) != 0) return -1;
+    c->done += n;
+    if (c->progress) tide_progress("synth", c->done, c->total);
+    return 0;
+}
+
+static int write_plain(synth_ctx *c, const tide_manifest_entry *e) {
+    int64_t rows, cols;
+    rows_cols(e, &rows, &cols);
+    int64_t R = slab_rows(e, cols);
+    uint64_t off = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += R) {
+        int64_t nr = rows - r0 < R ? rows - r0 : R;
+        size_t n = (size_t)(nr * cols);
+        tide_synth_values(c->seed, e, (uint64_t)(r0 * cols), n, c->b.f);
+        uint64_t bytes;
+        if (e->dtype == TIDE_DT_F32) {
+            bytes = n * 4;
+            memcpy(c->b.q, c->b.f, bytes);
+        } else { /* BF16 */
+            uint16_t *h = (uint16_t *)(void *)c->b.q;
+            for (size_t i = 0; i < n; i++) h[i] = tide_f32_to_bf16(c->b.f[i]);
+            bytes = n * 2;
+        }
+        if (put(c, e->name, off, c->b.q, bytes)) return -1;
+        off += bytes;
+    }
+    return 0;
+}
+
+/* A quantised weight and its scale (the next manifest entry), slab by slab. */
+static int write_quant(synth_ctx *c, const tide_manifest_entry *e, const tide_manifest_entry *s) {
+    int64_t rows = e->shape[0], cols = e->shape[1];
+    int64_t R = slab_rows(e, cols);
+    uint64_t woff = 0, soff = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += R) {
+        int64_t nr = rows - r0 < R ? rows - r0 : R;
+        size_t n = (size_t)(nr * cols);
+        tide_synth_values(c->seed, e, (uint64_t)(r0 * cols), n, c->b.f);
+        uint64_t wb, sb;
+        if (e->kind == TIDE_WK_FP8_WEIGHT) {
+            tide_quant_fp8_weight(c->b.f, (size_t)nr, (size_t)cols, c->b.q, c->b.s);
+            wb = n;
+            sb = (uint64_t)((nr + 31) / 32) * (uint64_t)((cols + 31) / 32);
+        } else if (e->kind == TIDE_WK_FP4_WEIGHT) {
+            tide_quant_fp4_weight(c->b.f, (size_t)nr, (size_t)cols, c->b.q, c->b.s);
+            wb = n / 2;
+            sb = n / 32;
+        } else { /* engram table: FP8 rows, one scale per 32 values */
+            tide_quant_fp8_act(c->b.f, n, 32, c->b.q, c->b.s);
+            wb = n;
+            sb = n / 32;
+        }
+        if (put(c, e->name, woff, c->b.q, wb) || put(c, s->name, soff, c->b.s, sb)) return -1;
+        woff += wb;
+        soff += sb;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- files */
+
+int tide_synth_default_shards(uint64_t total_bytes, size_t n_tensors) {
+    uint64_t n = total_bytes / ((uint64_t)4 << 30) + 1;
+    if (n < 2) n = 2;
+    if (n > 48) n = 48;
+    if (n > n_tensors) n = n_tensors ? n_tensors : 1;
+    return (int)n;
+}
+
+/* Shard of each entry: consecutive runs of about total/nshards bytes, every
+ * shard non-empty, a weight and its scale kept together. */
+static void assign_shards(const tide_manifest *m, int nshards, int *shard) {
+    uint64_t cum = 0;
+    int k = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        int must_advance = (size_t)(nshards - 1 - k) >= m->n - i && k < nshards - 1 && i > 0;
+        int over = k < nshards - 1 && (double)cum >= (double)m->total_bytes * (k + 1) / nshards;
+        if ((must_advance || over) && m->e[i].kind != TIDE_WK_SCALE) k++;
+        shard[i] = k;
+        cum += m->e[i].nbytes;
+    }
+}
+
+static int copy_file(const char *src, const char *dst, tide_status *st) {
+    FILE *in = fopen(src, "rb");
+    if (!in) return tide_fail(st, TIDE_ERR_IO, "%s: cannot open: %s", src, strerror(errno));
+    FILE *out = fopen(dst, "wb");
+    if (!out) {
+        fclose(in);
+        return tide_fail(st, TIDE_ERR_IO, "%s: cannot create: %s", dst, strerror(errno));
+    }
+    char buf[65536];
+    size_t n;
+    int bad = 0;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) bad = 1;
+    bad |= ferror(in);
+    fclose(in);
+    bad |= fclose(out) != 0;
+    if (bad) return tide_fail(st, TIDE_ERR_IO, "copying %s to %s failed", src, dst);
+    return 0;
+}
+
+static int copy_tokenizer(const char *tok, const char *dir, tide_status *st) {
+    char dst[4096], side[4096], sdst[4096];
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+    if (copy_file(tok, dst, st)) return -1;
+    /* A tokenizer_config.json beside it travels too (HF loaders read both). */
+    const char *slash = strrchr(tok, '/');
+    int dlen = slash ? (int)(slash - tok) : 1;
+    snprintf(side, sizeof side, "%.*s/tokenizer_config.json", dlen, slash ? tok : ".");
+    struct stat sb;
+    if (stat(side, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        snprintf(sdst, sizeof sdst, "%s/tokenizer_config.json", dir);
+        if (copy_file(side, sdst, st)) return -1;
+    }
+    return 0;
+}
+
+static int declare_all(tide_stw *w, const tide_manifest *m, const int *shard, tide_status *st) {
+    for (size_t i = 0; i < m->n; i++) {
+        const tide_manifest_entry *e = &m->e[i];
+        if (tide_stw_add(w, shard[i], e->name, e->dtype, e->ndim, e->shape, st)) return -1;
+    }
+    return 0;
+}
+
+static int write_all(synth_ctx *c, const tide_manifest *m) {
+    for (size_t i = 0; i < m->n; i++) {
+        const tide_manifest_entry *e = &m->e[i];
+        int rc;
+        if (e->kind == TIDE_WK_PLAIN) rc = write_plain(c, e);
+        else if (e->kind == TIDE_WK_SCALE) rc = 0; /* written with its weight */
+        else if (i + 1 < m->n && m->e[i + 1].kind == TIDE_WK_SCALE) rc = write_quant(c, e, &m->e[i + 1]);
+        else rc = tide_fail(c->st, TIDE_ERR_INTERNAL, "manifest: %s has no scale after it", e->name);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static int write_tensors(const tide_manifest *m, const tide_synth_opts *o, int nshards, tide_status *st) {
+    int *shard = malloc(sizeof(int) * (m->n ? m->n : 1));
+    synth_ctx c = {.seed = o->seed, .total = m->total_bytes, .progress = o->progress, .st = st};
+    size_t elems = SLAB_ELEMS; /* a slab of very wide rows may exceed SLAB_ELEMS */
+    for (size_t i = 0; i < m->n; i++) {
+        int64_t rows, cols;
+        rows_cols(&m->e[i], &rows, &cols);
+        size_t need = (size_t)(slab_rows(&m->e[i], cols) * cols);
+        if (need > elems) elems = need;
+    }
+    c.b.f = malloc(elems * sizeof(float) + 128);
+    c.b.q = malloc(elems * sizeof(float) + 128);
+    c.b.s = malloc(elems / 16 + 128);
+    int rc = -1;
+    if (!shard || !c.b.f || !c.b.q || !c.b.s) {
+        tide_fail(st, TIDE_ERR_NOMEM, "synth: out of memory");
+        goto out;
+    }
+    assign_shards(m, nshards, shard);
+    if (tide_stw_open(o->out_dir, nshards, &c.w, st)) goto out;
+    if (tide_stw_meta(c.w, "tide_synthetic", o->shape ? o->shape : "custom", st) || declare_all(c.w, m, shard, st) ||
+        write_all(&c, m)) {
+        tide_stw_abort(c.w);
+        goto out;
+    }
+    rc = tide_stw_finish(c.w, st);
+out:
+    free(shard);
+    free(c.b.f);
+    free(c.b.q);
+    free(c.b.s);
+    return rc;
+}
+
+/* The engram hash multipliers derive from the size of the tokenizer's
+ * compressed vocabulary, so a checkpoint that ships a tokenizer must record
+ * that tokenizer's size, not the released one (the reference asserts it). */
+static int match_tokenizer(tide_config *cfg, const char *tok, tide_status *st) {
+    if (!tok || cfg->text.n_engram_layer_ids == 0) return 0;
+    tide_engram_token_map map;
+    if (tide_engram_token_map_from_tokenizer_json(tok, &map, st))
+        return tide_fail_ctx(st, "synth: engram token map of %s", tok);
+    cfg->text.engram_compressed_vocab_size = map.n_compressed;
+    tide_engram_token_map_free(&map);
+    return 0;
+}
+
+int tide_synth_write(const tide_config *cfg_in, const tide_synth_opts *o, tide_synth_report *rep,
+                     tide_status *st) {
+    tide_synth_report dummy;
+    if (!rep) rep = &dummy;
+    memset(rep, 0, sizeof *rep);
+    if (o->seed >> 63) return tide_fail(st, TIDE_ERR_INVALID, "synth: seed must be below 2^63");
+    tide_config *cfg = malloc(sizeof *cfg);
+    if (!cfg) return tide_fail(st, TIDE_ERR_NOMEM, "synth: out of memory");
+    *cfg = *cfg_in;
+    int64_t L = cfg->text.num_hidden_layers;
+    if (o->layers < 0 || o->layers > L) {
+        free(cfg);
+        return tide_fail(st, TIDE_ERR_INVALID, "synth: --layers %d is outside 1..%lld", o->layers, (long long)L);
+    }
+    cfg->synth.is_synthetic = 1;
+    snprintf(cfg->synth.shape, sizeof cfg->synth.shape, "%s", o->shape ? o->shape : "custom");
+    cfg->synth.seed = o->seed;
+    cfg->synth.written_layers = o->layers ? o->layers : L;
+    tide_manifest m;
+    int rc = -1;
+    if (match_tokenizer(cfg, o->tokenizer, st) || tide_config_check(cfg, st) || tide_manifest_build(cfg, &m, st)) {
+        free(cfg);
+        return -1;
+    }
+    rep->n_tensors = m.n;
+    rep->total_bytes = m.total_bytes;
+    rep->nshards = o->nshards > 0 ? o->nshards : tide_synth_default_shards(m.total_bytes, m.n);
+    if ((size_t)rep->nshards > m.n) rep->nshards = (int)m.n;
+    if (o->dry_run) {
+        rc = 0;
+        goto out;
+    }
+    if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST) {
+        tide_fail(st, TIDE_ERR_IO, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
+        goto out;
+    }
+    if (write_tensors(&m, o, rep->nshards, st)) goto out;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", o->out_dir);
+    if (tide_config_write_json(cfg, path, st)) goto out;
+    if (o->tokenizer) {
+        if (copy_tokenizer(o->tokenizer, o->out_dir, st)) goto out;
+        rep->wrote_tokenizer = 1;
+    }
+    rc = 0;
+out:
+    tide_manifest_free(&m);
+    free(cfg);
+    return rc;
+}
