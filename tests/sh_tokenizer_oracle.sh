@@ -8,7 +8,7 @@
 #   - a deterministic sample of the English corpus (shared/data/build_corpus.sh).
 # Usage: sh_tokenizer_oracle.sh TIDE_EXE SRC_DIR BIN_DIR
 # Env: TIDE_CORPUS (default /tmp/corpus; built there if missing and the
-# corpus script is found), TIDE_CORPUS_LINES (default 300 per file).
+# corpus script is found), TIDE_CORPUS_LINES (default 200 per file).
 set -uo pipefail
 tide=$1 src=$2 bin=$3
 npm=$src/tools/npm
@@ -31,7 +31,7 @@ fi
 node "$npm/stress_texts.mjs" 400 > "$work/in.jsonl" || exit 1
 corpus=${TIDE_CORPUS:-/tmp/corpus}
 if ! ls "$corpus"/*.txt >/dev/null 2>&1; then
-  for script in "$src/shared/data/build_corpus.sh" "$src/../shared/data/build_corpus.sh" /work/shared/data/build_corpus.sh; do
+  for script in "$src/scripts/build_corpus.sh" "$src/shared/data/build_corpus.sh" "$src/../shared/data/build_corpus.sh" /work/shared/data/build_corpus.sh; do
     [ -f "$script" ] || continue
     echo "building the corpus into $corpus with $script"
     bash "$script" "$corpus" >/dev/null 2>&1 || echo "corpus build failed"
@@ -39,7 +39,7 @@ if ! ls "$corpus"/*.txt >/dev/null 2>&1; then
   done
 fi
 if ls "$corpus"/*.txt >/dev/null 2>&1; then
-  node "$npm/corpus_sample.mjs" "$corpus" "${TIDE_CORPUS_LINES:-300}" >> "$work/in.jsonl" || exit 1
+  node "$npm/corpus_sample.mjs" "$corpus" "${TIDE_CORPUS_LINES:-200}" >> "$work/in.jsonl" || exit 1
 else
   echo "WARNING: no corpus at $corpus (and build_corpus.sh not found or failed): stress set only"
 fi

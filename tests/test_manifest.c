@@ -177,6 +177,8 @@ static void test_released(void **state) {
     assert_int_equal(tide_manifest_build(c, &m, &st), 0);
     assert_int_equal(m.n, expected_count(c));
     check_sizes(&m);
+    for (size_t i = 1; i < m.n; i++) /* names unique (by_name is sorted) */
+        assert_true(strcmp(m.by_name[i - 1]->name, m.by_name[i]->name) < 0);
     expect(&m, "layers.39.ffn.experts.383.w2.weight", TIDE_DT_F4, 2, 5120, 2304);
     expect(&m, "layers.39.ffn.experts.383.w2.scale", TIDE_DT_F8_E8M0, 2, 5120, 72);
     expect(&m, "layers.14.engram.embed.weight", TIDE_DT_F8_E4M3, 2, 384016682, 256);

@@ -56,22 +56,18 @@ static inline int tn_write_npy(const char *path, const tn_arr *a) {
     return 0;
 }
 
-/* Runs the op; returns the exit status of the python side (0 ok). */
+/* Runs the op (inputs as DIR/in/NAME.npy, outputs into DIR/out/); returns
+ * the exit status of components.py (0 ok). */
 static inline int tn_call(const char *dir, const char *op, const tn_arr *in, int n_in) {
-    char path[1024], cmd[4096];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s/in' '%s/out' && mkdir -p '%s/in' '%s/out'", dir, dir, dir, dir);
+    char path[4096], cmd[8192];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/in' '%s/out' && mkdir -p '%s/in'", dir, dir, dir);
     if (tu_system(cmd, NULL) != 0) return -1;
     for (int i = 0; i < n_in; i++) {
         snprintf(path, sizeof path, "%s/in/%s.npy", dir, in[i].name);
         if (tn_write_npy(path, &in[i]) != 0) return -1;
     }
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && %s -c \"import numpy as np,os;"
-             "np.savez('in.npz', **{f[:-4]: np.load('in/'+f) for f in os.listdir('in')})\" && "
-             "%s %s/tools/ref/components.py %s in.npz out.npz && "
-             "%s -c \"import numpy as np;o=np.load('out.npz');"
-             "[np.save('out/'+k+'.npy', np.ascontiguousarray(o[k]).astype('<f8')) for k in o.files]\"",
-             dir, TIDE_PYTHON, TIDE_PYTHON, TIDE_SOURCE_DIR, op, TIDE_PYTHON);
+    snprintf(cmd, sizeof cmd, "%s %s/tools/ref/components.py %s '%s/in' '%s/out' 2>&1", TIDE_PYTHON,
+             TIDE_SOURCE_DIR, op, dir, dir);
     char *out = NULL;
     int rc = tu_system(cmd, &out);
     if (rc != 0) fprintf(stderr, "components.py %s failed (%d):\n%s\n", op, rc, out ? out : "");
@@ -79,10 +75,13 @@ static inline int tn_call(const char *dir, const char *op, const tn_arr *in, int
     return rc;
 }
 
-/* Reads dir/out/NAME.npy (f8) into a malloc'd double array; *n elements. */
+/* Reads DIR/out/NAME.npy (or DIR/NAME.npy when name starts with '/') of any
+ * numeric dtype (f4, f8, i4, i8, u1, b1; little-endian, C order) into a
+ * malloc'd double array; *n elements. NULL on failure. */
 static inline double *tn_out(const char *dir, const char *name, int64_t *n) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/out/%s.npy", dir, name);
+    char path[4096];
+    if (name[0] == '/') snprintf(path, sizeof path, "%s%s.npy", dir, name);
+    else snprintf(path, sizeof path, "%s/out/%s.npy", dir, name);
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     unsigned char h[10];
@@ -91,18 +90,42 @@ static inline double *tn_out(const char *dir, const char *name, int64_t *n) {
         return NULL;
     }
     int hl = h[8] | (h[9] << 8);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    long data = 10 + hl;
-    fseek(f, data, SEEK_SET);
-    *n = (size - data) / 8;
-    double *d = malloc((size_t)(*n ? *n : 1) * sizeof(double));
-    if (fread(d, 8, (size_t)*n, f) != (size_t)*n) {
-        free(d);
-        d = NULL;
+    char hdr[1024] = "";
+    if (hl >= (int)sizeof hdr || fread(hdr, 1, (size_t)hl, f) != (size_t)hl) {
+        fclose(f);
+        return NULL;
     }
+    const char *d = strstr(hdr, "'descr': '");
+    if (!d) {
+        fclose(f);
+        return NULL;
+    }
+    d += 10;
+    char kind = d[1];
+    int size = atoi(d + 2);
+    fseek(f, 0, SEEK_END);
+    long total = ftell(f) - 10 - hl;
+    fseek(f, 10 + hl, SEEK_SET);
+    *n = size > 0 ? total / size : 0;
+    unsigned char *raw = malloc((size_t)total + 1);
+    double *v = malloc((size_t)(*n ? *n : 1) * sizeof(double));
+    if (fread(raw, 1, (size_t)total, f) != (size_t)total) *n = -1;
     fclose(f);
-    return d;
+    for (int64_t i = 0; i < *n; i++) {
+        const unsigned char *p = raw + i * size;
+        if (kind == 'f' && size == 4) { float x; memcpy(&x, p, 4); v[i] = x; }
+        else if (kind == 'f' && size == 8) { memcpy(&v[i], p, 8); }
+        else if (kind == 'i' && size == 4) { int32_t x; memcpy(&x, p, 4); v[i] = x; }
+        else if (kind == 'i' && size == 8) { int64_t x; memcpy(&x, p, 8); v[i] = (double)x; }
+        else if ((kind == 'u' || kind == 'b') && size == 1) { v[i] = p[0]; }
+        else { *n = -1; break; }
+    }
+    free(raw);
+    if (*n < 0) {
+        free(v);
+        return NULL;
+    }
+    return v;
 }
 
 /* The stand-in tokenizer the synthetic checkpoints need for engram (built by
@@ -125,6 +148,17 @@ static inline int tn_synth(const char *dir, const char *shape, uint64_t seed) {
     snprintf(cmd, sizeof cmd, "'%s' synth --shape %s --seed %llu -o '%s' %s%s%s >/dev/null 2>&1", TIDE_EXE,
              shape, (unsigned long long)seed, dir, t ? "--tokenizer '" : "", t ? t : "", t ? "'" : "");
     return tu_system(cmd, NULL);
+}
+
+/* Whether DIR/tokenizer.json exists (the oracle needs it for the engram
+ * layers; without the stand-in tokenizer the oracle tests are skipped). */
+static inline int tn_has_tokenizer(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fclose(f);
+    return 1;
 }
 
 #endif

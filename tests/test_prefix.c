@@ -319,6 +319,85 @@ static void test_bad_input(void **state) {
     tide_prefix_free(&pc);
 }
 
+/* The allocator alone: queue order, references, errors. */
+static void test_page_alloc(void **state) {
+    (void)state;
+    tide_page_alloc pa;
+    assert_int_equal(tide_page_alloc_init(&pa, 0, &st), -1);
+    assert_int_equal(tide_page_alloc_init(&pa, 3, &st), 0);
+    int32_t a, b, c, d;
+    assert_int_equal(tide_page_alloc_get(&pa, &a, &st), 0);
+    assert_int_equal(tide_page_alloc_get(&pa, &b, &st), 0);
+    assert_int_equal(tide_page_alloc_get(&pa, &c, &st), 0);
+    assert_true(a == 0 && b == 1 && c == 2); /* ids ascending at first */
+    assert_int_equal(tide_page_alloc_get(&pa, &d, &st), -1);
+    assert_int_equal(st.code, TIDE_ERR_NOMEM);
+    tide_page_ref(&pa, b);
+    assert_int_equal(tide_page_unref(&pa, b, 1), 1);
+    assert_int_equal(tide_page_unref(&pa, b, 1), 0); /* kept: tail */
+    assert_int_equal(tide_page_unref(&pa, b, 1), -1); /* no reference left */
+    assert_int_equal(tide_page_unref(&pa, a, 1), 0);  /* kept: tail, after b */
+    assert_int_equal(tide_page_unref(&pa, c, 0), 0);  /* empty: head */
+    assert_int_equal(pa.n_free, 3);
+    int32_t order[3];
+    for (int i = 0; i < 3; i++) assert_int_equal(tide_page_alloc_get(&pa, &order[i], &st), 0);
+    assert_true(order[0] == c && order[1] == b && order[2] == a);
+    tide_page_to_head(&pa, a); /* referenced: no effect */
+    assert_int_equal(pa.ref[a], 1);
+    assert_int_equal(tide_page_unref(&pa, a, 1), 0);
+    assert_int_equal(tide_page_unref(&pa, b, 1), 0);
+    tide_page_to_head(&pa, b); /* b's contents dropped: reused before a */
+    assert_int_equal(tide_page_alloc_get(&pa, &d, &st), 0);
+    assert_int_equal(d, b);
+    assert_false(tide_page_valid(&pa, -1));
+    assert_false(tide_page_valid(&pa, 3));
+    tide_page_alloc_free(&pa);
+}
+
+/* The page hash separates pages that differ in one token, in order, in
+ * length or in parent: no collision among many such pages. */
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_hash_spread(void **state) {
+    (void)state;
+    tu_rng r = {tu_seed() ^ 0x19};
+    enum { N = 40000, L = 64 };
+    uint64_t *h = malloc(N * sizeof *h);
+    int32_t base[L], t[L];
+    random_tokens(&r, base, L);
+    uint64_t root = tide_prefix_root(tu_next(&r));
+    int n = 0;
+    for (int i = 0; i < L && n < N; i++) /* every single-token change to small values */
+        for (int32_t v = 0; v < 256 && n < N; v++) {
+            memcpy(t, base, sizeof t);
+            if (t[i] == v) continue;
+            t[i] = v;
+            h[n++] = tide_prefix_page_hash(root, t, L);
+        }
+    h[n++] = tide_prefix_page_hash(root, base, L);
+    h[n++] = tide_prefix_page_hash(root, base, L - 1);
+    h[n++] = tide_prefix_page_hash(root ^ 1, base, L);
+    memcpy(t, base, sizeof t);
+    t[0] = base[1], t[1] = base[0];
+    if (t[0] != t[1]) h[n++] = tide_prefix_page_hash(root, t, L);
+    while (n < N) { /* sequential parents, as a chain makes them */
+        h[n] = tide_prefix_page_hash(h[n - 1], base, L);
+        n++;
+    }
+    qsort(h, N, sizeof *h, cmp_u64);
+    for (int i = 1; i < N; i++) assert_true(h[i] != h[i - 1]);
+    /* and the bits are balanced: each bit is set in about half of them */
+    for (int bit = 0; bit < 64; bit++) {
+        int ones = 0;
+        for (int i = 0; i < N; i++) ones += (int)((h[i] >> bit) & 1);
+        assert_true(ones > N / 2 - 6 * 100 && ones < N / 2 + 6 * 100); /* sd = 100 */
+    }
+    free(h);
+}
+
 /* ---- random operations against a model ---------------------------------- */
 
 #define MP 24   /* pages */
@@ -520,6 +599,7 @@ int main(void) {
         cmocka_unit_test(test_salt),           cmocka_unit_test(test_lru),
         cmocka_unit_test(test_referenced_survive), cmocka_unit_test(test_duplicate_insert),
         cmocka_unit_test(test_collisions),     cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_page_alloc),     cmocka_unit_test(test_hash_spread),
         cmocka_unit_test(test_random_vs_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

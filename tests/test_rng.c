@@ -100,12 +100,28 @@ static void test_independence(void **state) {
     assert_true(tide_rng_exp(seed, pos, 0, 77) == tide_rng_exp(seed, pos, 0, 77));
 }
 
+/* Derived seeds: deterministic, distinct for neighbouring requests and
+ * engine seeds. */
+static void test_derive_seed(void **state) {
+    (void)state;
+    tu_rng r = {tu_seed() ^ 0xE3};
+    uint64_t base = tu_next(&r);
+    assert_true(tide_rng_derive_seed(base, 5) == tide_rng_derive_seed(base, 5));
+    for (uint64_t i = 0; i < 1000; i++) {
+        uint64_t a = tide_rng_derive_seed(base, i);
+        assert_true(a != tide_rng_derive_seed(base, i + 1));
+        assert_true(a != tide_rng_derive_seed(base + 1, i));
+        assert_true(a != base);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_kat),
         cmocka_unit_test(test_mapping),
         cmocka_unit_test(test_moments),
         cmocka_unit_test(test_independence),
+        cmocka_unit_test(test_derive_seed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -462,7 +462,7 @@ static void test_python_crosscheck(void **state) {
                      (long long)t->shape[d]);
         assert_string_equal(shape, want);
         snprintf(path, sizeof path, "%s/%s", dump, file);
-        size_t blen;
+        size_t blen = 0;
         char *bytes = slurp(path, &blen);
         assert_non_null(bytes);
         assert_int_equal(blen, t->nbytes);

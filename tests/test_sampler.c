@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/threadpool.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
 #include "testutil.h"
@@ -117,6 +118,41 @@ static void test_top_k(void **state) {
                 if (f->probs[j] == 0)
                     assert_true(l[i] > l[j] || (l[i] == l[j] && i < j));
     }
+}
+
+/* A large k takes the quickselect path instead of the heap. */
+static void test_top_k_large(void **state) {
+    (void)state;
+    enum { V2 = 6000 };
+    tu_rng r = rng_for(10);
+    tide_sampler_ws ws;
+    tide_status st = {0};
+    assert_int_equal(tide_sampler_ws_init(&ws, V2, &st), 0);
+    float *l = malloc(V2 * sizeof *l);
+    double *pr = malloc(V2 * sizeof *pr);
+    for (int it = 0; it < 10; it++) {
+        fill_logits(&r, l, V2, 2);
+        for (int i = 0; i < 2000; i++) l[tu_next(&r) % V2] = l[tu_next(&r) % V2]; /* ties */
+        tide_sampling_params p = tide_sampling_params_default();
+        p.top_k = 1025 + (int32_t)(tu_next(&r) % (V2 - 1025));
+        tide_sampler_input in = {.logits = l};
+        assert_int_equal(tide_sampler_probs(&ws, &p, &in, pr, &st), 0);
+        /* the worst kept token beats the best dropped one in the total order */
+        int32_t kept = 0, worst = -1, best_out = -1;
+        for (int32_t i = 0; i < V2; i++) {
+            if (pr[i] > 0) {
+                kept++;
+                if (worst < 0 || l[i] < l[worst] || (l[i] == l[worst] && i > worst)) worst = i;
+            } else if (best_out < 0 || l[i] > l[best_out] || (l[i] == l[best_out] && i < best_out)) {
+                best_out = i;
+            }
+        }
+        assert_int_equal(kept, p.top_k);
+        assert_true(l[worst] > l[best_out] || (l[worst] == l[best_out] && worst < best_out));
+    }
+    free(l);
+    free(pr);
+    tide_sampler_ws_free(&ws);
 }
 
 /* Top-p keeps the smallest prefix (by probability) whose mass reaches p. */
@@ -306,6 +342,33 @@ static void test_batch_invariance(void **state) {
     assert_true(distinct > 100);
 }
 
+/* The race against a brute-force one over every kept token (no cut-off),
+ * on wide logits and low temperatures where most tokens are skipped. */
+static void test_race_bruteforce(void **state) {
+    fixture *f = *state;
+    tu_rng r = rng_for(11);
+    float l[V];
+    for (int it = 0; it < 200; it++) {
+        fill_logits(&r, l, V, 2 + 10 * tu_uniform(&r));
+        tide_sampling_params p = tide_sampling_params_default();
+        p.seed = tu_next(&r);
+        p.temperature = (float)(0.05 + tu_uniform(&r));
+        if (it % 3 == 1) p.top_p = 0.99f;
+        if (it % 3 == 2) p.top_k = 40;
+        uint64_t pos = tu_next(&r) >> 3;
+        tide_sampler_input in = {.logits = l, .position = pos};
+        probs(f, &p, &in);
+        int32_t want = -1;
+        double bq = -1;
+        for (int32_t i = 0; i < V; i++) {
+            if (f->probs[i] == 0) continue;
+            double q = f->probs[i] / tide_rng_exp(p.seed, pos, TIDE_RNG_STREAM_SAMPLE, (uint32_t)i);
+            if (q > bq) bq = q, want = i;
+        }
+        assert_int_equal(sample(f, &p, l, pos), want);
+    }
+}
+
 /* Chi-square of the race's frequencies over N positions against the filtered
  * softmax, on a small vocabulary, with and without filters. */
 static void chi_square_case(fixture *f, tu_rng *r, int filtered) {
@@ -363,6 +426,110 @@ static void test_logprob(void **state) {
     tide_sample_result res;
     assert_int_equal(tide_sample(&f->ws, &p, &in, &res, &f->st), 0);
     assert_true(fabs(res.logprob - (l[res.token] - m - log(z))) < 1e-5);
+}
+
+/* A batch on a 3-thread pool gives each row the token of a single call; a
+ * bad row fails alone and is named. */
+static void test_batch(void **state) {
+    fixture *f = *state;
+    tu_rng r = rng_for(12);
+    enum { ROWS = 40 };
+    tide_pool *pool;
+    assert_int_equal(tide_pool_create(3, &pool, &f->st), 0);
+    int threads = tide_pool_size(pool);
+    tide_sampler_ws ws[3];
+    for (int t = 0; t < threads; t++) assert_int_equal(tide_sampler_ws_init(&ws[t], V, &f->st), 0);
+    static float rows[ROWS][V];
+    tide_sampling_params ps[ROWS];
+    const tide_sampling_params *pp[ROWS];
+    tide_sampler_input in[ROWS];
+    tide_sample_result res[ROWS];
+    int32_t hist[64];
+    for (int i = 0; i < 64; i++) hist[i] = (int32_t)(tu_next(&r) % V);
+    for (int i = 0; i < ROWS; i++) {
+        fill_logits(&r, rows[i], V, 1 + 3 * tu_uniform(&r));
+        ps[i] = tide_sampling_params_default();
+        ps[i].seed = tu_next(&r);
+        ps[i].temperature = i % 7 == 0 ? 0.0f : (float)(0.3 + tu_uniform(&r));
+        ps[i].top_p = i % 2 ? 0.9f : 1.0f;
+        ps[i].top_k = i % 3 ? 0 : 20;
+        ps[i].repetition_penalty = i % 5 ? 1.0f : 1.3f;
+        ps[i].frequency_penalty = i % 4 ? 0.0f : 0.5f;
+        pp[i] = &ps[i];
+        in[i] = (tide_sampler_input){.logits = rows[i], .prompt = hist, .n_prompt = 32, .output = hist + 32,
+                                     .n_output = 32, .position = tu_next(&r) >> 4};
+    }
+    assert_int_equal(tide_sample_batch(pool, ws, pp, in, res, ROWS, &f->st), 0);
+    for (int i = 0; i < ROWS; i++) {
+        tide_sample_result one;
+        assert_int_equal(tide_sample(&f->ws, &ps[i], &in[i], &one, &f->st), 0);
+        assert_int_equal(res[i].token, one.token);
+        assert_int_equal(res[i].n_candidates, one.n_candidates);
+    }
+    for (int32_t t = 0; t < V; t++) rows[17][t] = rows[29][t] = -INFINITY;
+    assert_int_equal(tide_sample_batch(pool, ws, pp, in, res, ROWS, &f->st), -1);
+    assert_non_null(strstr(f->st.msg, "sampler batch row 17: "));
+    assert_int_equal(res[17].token, -1);
+    assert_int_equal(res[29].token, -1);
+    assert_true(res[16].token >= 0 && res[18].token >= 0);
+    assert_int_equal(tide_sample_batch(NULL, ws, pp, in, res, 10, &f->st), 0); /* inline */
+    assert_int_equal(tide_sample_batch(pool, ws, pp, in, res, -1, &f->st), -1);
+    for (int t = 0; t < threads; t++) tide_sampler_ws_free(&ws[t]);
+    tide_pool_destroy(pool);
+}
+
+/* Extreme but valid parameters and odd logits (huge, tiny, +-0, NaN, -inf,
+ * all equal): the call succeeds and the token is one the distribution allows. */
+static void test_extremes(void **state) {
+    fixture *f = *state;
+    tu_rng r = rng_for(13);
+    static const float temps[] = {1e-5f, 1e-4f, 0.01f, 1, 100, 1e30f, 3.4e38f};
+    static const float tops[] = {1e-30f, 1e-7f, 0.5f, 0.9999999f, 1};
+    static const float mins[] = {0, 1e-30f, 0.5f, 1};
+    static const float reps[] = {1e-30f, 0.5f, 1, 2, 1e30f};
+    float l[V];
+    for (int it = 0; it < 400; it++) {
+        int kind = (int)(tu_next(&r) % 4);
+        for (int32_t i = 0; i < V; i++) {
+            double u = tu_uniform(&r);
+            l[i] = kind == 0   ? 0.0f
+                   : kind == 1 ? (float)(1e30 * tu_normal(&r))
+                   : u < 0.05  ? NAN
+                   : u < 0.3   ? -INFINITY
+                   : u < 0.35  ? -0.0f
+                               : (float)(1e-30 * tu_normal(&r));
+        }
+        l[tu_next(&r) % V] = 1.0f; /* never everything masked */
+        tide_sampling_params p = tide_sampling_params_default();
+        p.seed = tu_next(&r);
+        p.temperature = temps[tu_next(&r) % 7];
+        p.top_p = tops[tu_next(&r) % 5];
+        p.min_p = mins[tu_next(&r) % 4];
+        p.top_k = (int32_t)(tu_next(&r) % 3) * (int32_t)(tu_next(&r) % (2 * V));
+        p.repetition_penalty = kind == 1 ? 1.0f : reps[tu_next(&r) % 5]; /* 1e30 x 1e30 would be +inf */
+        p.presence_penalty = (float)(4 * tu_uniform(&r) - 2);
+        p.frequency_penalty = (float)(4 * tu_uniform(&r) - 2);
+        tide_status st = {0};
+        assert_int_equal(tide_sampling_params_check(&p, V, &st), 0);
+        int32_t hist[40];
+        for (int i = 0; i < 40; i++) hist[i] = (int32_t)(tu_next(&r) % V);
+        tide_sampler_input in = {.logits = l, .prompt = hist, .n_prompt = 20, .output = hist + 20, .n_output = 20,
+                                 .position = tu_next(&r), .want_logprob = 1};
+        tide_sample_result res;
+        if (tide_sample(&f->ws, &p, &in, &res, &st)) fail_msg("iteration %d: %s", it, st.msg);
+        probs(f, &p, &in);
+        assert_true(res.token >= 0 && res.token < V);
+        assert_true(f->probs[res.token] > 0);
+        int32_t n = 0;
+        double sum = 0;
+        for (int32_t i = 0; i < V; i++) {
+            assert_true(f->probs[i] >= 0 && f->probs[i] <= 1);
+            n += f->probs[i] > 0;
+            sum += f->probs[i];
+        }
+        assert_true(fabs(sum - 1) < 1e-9);
+        assert_true(n >= 1 && n <= res.n_candidates); /* kept tokens 745 e-folds below the best underflow */
+    }
 }
 
 static void test_stop(void **state) {
@@ -476,13 +643,17 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_greedy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_top_k, setup, teardown),
+        cmocka_unit_test(test_top_k_large),
         cmocka_unit_test_setup_teardown(test_top_p, setup, teardown),
         cmocka_unit_test_setup_teardown(test_min_p, setup, teardown),
         cmocka_unit_test_setup_teardown(test_penalties_and_bias, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_invariance, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_race_bruteforce, setup, teardown),
         cmocka_unit_test_setup_teardown(test_frequencies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_logprob, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_extremes, setup, teardown),
         cmocka_unit_test(test_stop),
         cmocka_unit_test(test_params_check),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),

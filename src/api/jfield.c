@@ -47,20 +47,6 @@ const char *tide_path_idx(char *buf, size_t size, const char *parent, size_t i) 
     return buf;
 }
 
-const char *tide_json_type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER: return "integer";
-    case JSON_REAL: return "number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
 #define PATH(key) tide_path_key(path, sizeof path, parent, key)
 
 int tide_get_string(json_t *obj, const char *key, const char *parent, const char **out, tide_api_err *err) {

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "api/api.h"
+#include "base/json.h" /* tide_json_type_name */
 
 /* Fails with param = path and message "<path>: <fmt...>". */
 int tide_api_bad(tide_api_err *err, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -18,8 +19,6 @@ int tide_api_unsupported(tide_api_err *err, const char *path, const char *fmt, .
 /* "parent.key" / "parent[i]" into buf (cut at its size). */
 const char *tide_path_key(char *buf, size_t size, const char *parent, const char *key);
 const char *tide_path_idx(char *buf, size_t size, const char *parent, size_t i);
-
-const char *tide_json_type_name(const json_t *v);
 
 /* Typed optional getters: absent or null leaves *out unchanged. */
 int tide_get_string(json_t *obj, const char *key, const char *parent, const char **out, tide_api_err *err);

@@ -5,40 +5,32 @@
 
 #include "api/convert.h"
 #include "api/jfield.h"
+#include "api/req_common.h"
 #include "text/pyjson.h"
 #include "text/sbuf.h"
 
-/* Content: a string, null (when allowed) or an array of text parts, joined
- * with blank lines (the reference encoder's rule for content blocks). */
+/* One content part: only text; images are refused as not supported yet. */
+static int read_part(json_t *part, const char *p, const char **text, tide_api_err *err) {
+    const char *type = NULL;
+    char q[160];
+    if (tide_get_string(part, "type", p, &type, err)) return -1;
+    if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
+    if (!strcmp(type, "image_url") || !strcmp(type, "image") || !strcmp(type, "input_image"))
+        return tide_api_unsupported(err, p, "images are not supported yet");
+    if (strcmp(type, "text") != 0)
+        return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "content part type \"%.40s\" is not supported", type);
+    if (tide_get_string(part, "text", p, text, err)) return -1;
+    if (!*text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
+    return 0;
+}
+
+/* Content: a string, null (when allowed) or an array of text parts. */
 static int read_content(json_t *v, const char *path, int allow_null, tide_sb *out, tide_api_err *err) {
     if (!v || json_is_null(v)) {
         if (allow_null) return 0;
         return tide_api_bad(err, path, "required");
     }
-    if (json_is_string(v)) {
-        tide_sb_addn(out, json_string_value(v), json_string_length(v));
-        return 0;
-    }
-    if (!json_is_array(v)) return tide_api_bad(err, path, "expected string or array, got %s", tide_json_type_name(v));
-    size_t i;
-    json_t *part;
-    char p[160], q[160];
-    json_array_foreach(v, i, part) {
-        tide_path_idx(p, sizeof p, path, i);
-        const char *type = NULL, *text = NULL;
-        if (!json_is_object(part)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(part));
-        if (tide_get_string(part, "type", p, &type, err)) return -1;
-        if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
-        if (!strcmp(type, "image_url") || !strcmp(type, "image") || !strcmp(type, "input_image"))
-            return tide_api_unsupported(err, p, "images are not supported yet");
-        if (strcmp(type, "text") != 0)
-            return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "content part type \"%.40s\" is not supported", type);
-        if (tide_get_string(part, "text", p, &text, err)) return -1;
-        if (!text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
-        if (i) tide_sb_add(out, "\n\n");
-        tide_sb_add(out, text);
-    }
-    return 0;
+    return tide_read_text_parts(v, path, read_part, out, err);
 }
 
 static int read_calls(tide_api_req *req, json_t *calls, const char *path, tide_api_err *err) {
@@ -93,8 +85,7 @@ static int read_message(tide_api_req *req, json_t *m, const char *path, tide_api
     int rc = read_content(json_object_get(m, "content"), tide_path_key(p, sizeof p, path, "content"),
                           r == TIDE_ROLE_ASSISTANT, &text, err);
     if (!rc && tide_sb_check(&text, "reading content", &err->st)) rc = -1;
-    if (!rc && tide_conv_add(&req->conv, r, text.s, text.len, &err->st))
-        rc = tide_api_bad(err, tide_path_key(p, sizeof p, path, "content"), "%s", err->st.msg);
+    if (!rc) rc = tide_api_conv_add(req, r, text.s, text.len, tide_path_key(p, sizeof p, path, "content"), err);
     tide_sb_free(&text);
     if (rc) return -1;
     if (r == TIDE_ROLE_ASSISTANT) {
@@ -115,44 +106,32 @@ static int read_message(tide_api_req *req, json_t *m, const char *path, tide_api
     return 0;
 }
 
+/* tool_choice {"type": "function", "function": {"name"}}. */
+static int read_named_choice(tide_api_req *req, json_t *choice, tide_api_err *err) {
+    json_t *fn;
+    const char *name = NULL;
+    if (tide_get_object(choice, "function", "tool_choice", &fn, err) ||
+        tide_get_string(fn, "name", "tool_choice.function", &name, err))
+        return -1;
+    if (!name) return tide_api_bad(err, "tool_choice.function.name", "required");
+    return tide_set_named_tool(req, name, err);
+}
+
+/* tools[i]: {"type": "function", "function": {name, description, parameters}}. */
+static int read_tool(tide_api_req *req, json_t *t, const char *p, tide_api_err *err) {
+    const char *type = NULL;
+    json_t *fn;
+    char q[160];
+    if (tide_get_string(t, "type", p, &type, err) || tide_get_object(t, "function", p, &fn, err)) return -1;
+    if (type && strcmp(type, "function") != 0)
+        return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "only function tools are supported");
+    if (!fn) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "function"), "required");
+    return tide_add_tool(req, fn, tide_path_key(q, sizeof q, p, "function"), "parameters", err);
+}
+
 static int read_tools(tide_api_req *req, json_t *root, tide_api_err *err) {
-    json_t *tools;
-    if (tide_get_array(root, "tools", "", &tools, err)) return -1;
-    size_t i;
-    json_t *t;
-    char p[160], q[160];
-    json_array_foreach(tools, i, t) {
-        tide_path_idx(p, sizeof p, "tools", i);
-        const char *type = NULL;
-        json_t *fn;
-        if (!json_is_object(t)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(t));
-        if (tide_get_string(t, "type", p, &type, err) || tide_get_object(t, "function", p, &fn, err)) return -1;
-        if (type && strcmp(type, "function") != 0)
-            return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "only function tools are supported");
-        if (!fn) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "function"), "required");
-        if (tide_add_tool(req, fn, tide_path_key(q, sizeof q, p, "function"), "parameters", err)) return -1;
-    }
-    json_t *choice = json_object_get(root, "tool_choice");
-    if (!choice || json_is_null(choice)) return 0;
-    if (json_is_string(choice)) {
-        const char *c = json_string_value(choice);
-        if (!strcmp(c, "none")) req->gen.tool_choice = TIDE_TOOLS_NONE;
-        else if (!strcmp(c, "auto")) req->gen.tool_choice = TIDE_TOOLS_AUTO;
-        else if (!strcmp(c, "required")) req->gen.tool_choice = TIDE_TOOLS_REQUIRED;
-        else return tide_api_bad(err, "tool_choice", "expected none, auto, required or an object, got \"%.32s\"", c);
-    } else if (json_is_object(choice)) {
-        json_t *fn;
-        const char *name = NULL;
-        if (tide_get_object(choice, "function", "tool_choice", &fn, err) ||
-            tide_get_string(fn, "name", "tool_choice.function", &name, err))
-            return -1;
-        if (!name) return tide_api_bad(err, "tool_choice.function.name", "required");
-        req->gen.tool_choice = TIDE_TOOLS_NAMED;
-        if (!(req->gen.tool_name = strdup(name))) return tide_fail(&err->st, TIDE_ERR_NOMEM, "out of memory");
-    } else {
-        return tide_api_bad(err, "tool_choice", "expected string or object, got %s", tide_json_type_name(choice));
-    }
-    return tide_apply_tool_choice(req, "tool_choice", err);
+    if (tide_read_tool_list(req, root, read_tool, err)) return -1;
+    return tide_read_tool_choice(req, root, read_named_choice, err);
 }
 
 static int read_format(tide_api_req *req, json_t *root, tide_api_err *err) {
@@ -176,7 +155,7 @@ static int read_format(tide_api_req *req, json_t *root, tide_api_err *err) {
 
 static int read_sampling(tide_api_req *req, json_t *root, int *max_given, tide_api_err *err) {
     tide_gen *g = &req->gen;
-    long long top_k = 0, max_tokens = 0, n = 1, seed = 0;
+    long long top_k = 0, max_tokens = 0, n = 1;
     double ignored = 0;
     int logprobs = 0;
     json_t *so;
@@ -198,12 +177,7 @@ static int read_sampling(tide_api_req *req, json_t *root, int *max_given, tide_a
         return -1;
     if (n != 1) return tide_api_unsupported(err, "n", "only n = 1 is supported");
     if (logprobs) return tide_api_unsupported(err, "logprobs", "log probabilities are not supported yet");
-    json_t *sv = json_object_get(root, "seed");
-    if (sv && !json_is_null(sv)) {
-        if (tide_get_int(root, "seed", "", INT64_MIN, INT64_MAX, &seed, err)) return -1;
-        g->has_seed = 1;
-        g->seed = (uint64_t)seed;
-    }
+    if (tide_get_seed(root, g, err)) return -1;
     g->top_k = top_k < 0 ? 0 : (int)top_k;
     *max_given = max_tokens > 0;
     g->max_tokens = (int)max_tokens;
@@ -243,10 +217,7 @@ int tide_convert_chat(json_t *root, tide_api_req *req, tide_api_err *err) {
     int max_given = 0;
     json_t *msgs;
     if (read_sampling(req, root, &max_given, err) || read_thinking(req, root, err)) return -1;
-    if (tide_get_array(root, "messages", "", &msgs, err)) return -1;
-    if (!msgs) return tide_api_bad(err, "messages", "required");
-    if (json_array_size(msgs) > TIDE_CONV_MAX_MESSAGES)
-        return tide_api_bad(err, "messages", "more than %d messages", TIDE_CONV_MAX_MESSAGES);
+    if (tide_get_messages(root, &msgs, err)) return -1;
     size_t i;
     json_t *m;
     char p[160];

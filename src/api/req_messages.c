@@ -7,42 +7,30 @@
 
 #include "api/convert.h"
 #include "api/jfield.h"
+#include "api/req_common.h"
 #include "text/sbuf.h"
 
 static int is_image(const char *type) { return !strcmp(type, "image") || !strcmp(type, "document"); }
 
-/* A string or an array of text blocks, joined with blank lines. */
-static int read_text_blocks(json_t *v, const char *path, tide_sb *out, tide_api_err *err) {
-    if (json_is_string(v)) {
-        tide_sb_addn(out, json_string_value(v), json_string_length(v));
-        return 0;
-    }
-    if (!json_is_array(v)) return tide_api_bad(err, path, "expected string or array, got %s", tide_json_type_name(v));
-    size_t i;
-    json_t *b;
-    char p[160], q[160];
-    json_array_foreach(v, i, b) {
-        tide_path_idx(p, sizeof p, path, i);
-        const char *type = NULL, *text = NULL;
-        if (!json_is_object(b)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(b));
-        if (tide_get_string(b, "type", p, &type, err) || tide_get_string(b, "text", p, &text, err)) return -1;
-        if (type && is_image(type)) return tide_api_unsupported(err, p, "images are not supported yet");
-        if (!type || strcmp(type, "text") != 0)
-            return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "expected \"text\"");
-        if (!text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
-        if (i) tide_sb_add(out, "\n\n");
-        tide_sb_add(out, text);
-    }
+/* One text block (the only kind allowed in system prompts and tool results). */
+static int read_text_block(json_t *b, const char *p, const char **text, tide_api_err *err) {
+    const char *type = NULL;
+    char q[160];
+    if (tide_get_string(b, "type", p, &type, err) || tide_get_string(b, "text", p, text, err)) return -1;
+    if (type && is_image(type)) return tide_api_unsupported(err, p, "images are not supported yet");
+    if (!type || strcmp(type, "text") != 0)
+        return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "expected \"text\"");
+    if (!*text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
     return 0;
 }
 
-static int add(tide_api_req *req, tide_role r, const char *s, size_t n, const char *path, tide_api_err *err) {
-    if (tide_conv_add(&req->conv, r, s, n, &err->st)) return tide_api_bad(err, path, "%s", err->st.msg);
-    return 0;
+/* A string or an array of text blocks, joined with blank lines. */
+static int read_text_blocks(json_t *v, const char *path, tide_sb *out, tide_api_err *err) {
+    return tide_read_text_parts(v, path, read_text_block, out, err);
 }
 
 static int read_user(tide_api_req *req, json_t *content, const char *path, tide_api_err *err) {
-    if (json_is_string(content)) return add(req, TIDE_ROLE_USER, json_string_value(content), json_string_length(content), path, err);
+    if (json_is_string(content)) return tide_api_conv_add(req, TIDE_ROLE_USER, json_string_value(content), json_string_length(content), path, err);
     if (!json_is_array(content)) return tide_api_bad(err, path, "expected string or array, got %s", tide_json_type_name(content));
     size_t i;
     json_t *b;
@@ -58,7 +46,7 @@ static int read_user(tide_api_req *req, json_t *content, const char *path, tide_
             const char *text = NULL;
             if (tide_get_string(b, "text", p, &text, err)) return -1;
             if (!text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
-            if (add(req, TIDE_ROLE_USER, text, strlen(text), p, err)) return -1;
+            if (tide_api_conv_add(req, TIDE_ROLE_USER, text, strlen(text), p, err)) return -1;
         } else if (!strcmp(type, "tool_result")) {
             const char *id = NULL;
             if (tide_get_string(b, "tool_use_id", p, &id, err)) return -1;
@@ -67,7 +55,7 @@ static int read_user(tide_api_req *req, json_t *content, const char *path, tide_
             json_t *c = json_object_get(b, "content");
             int rc = (c && !json_is_null(c)) ? read_text_blocks(c, tide_path_key(q, sizeof q, p, "content"), &text, err) : 0;
             if (!rc && tide_sb_check(&text, "reading a tool result", &err->st)) rc = -1;
-            if (!rc) rc = add(req, TIDE_ROLE_TOOL, text.s, text.len, p, err);
+            if (!rc) rc = tide_api_conv_add(req, TIDE_ROLE_TOOL, text.s, text.len, p, err);
             tide_sb_free(&text);
             if (rc) return -1;
             if (id && tide_conv_set_call_id(&req->conv, id, &err->st)) return -1;
@@ -79,7 +67,7 @@ static int read_user(tide_api_req *req, json_t *content, const char *path, tide_
 }
 
 static int read_assistant(tide_api_req *req, json_t *content, const char *path, tide_api_err *err) {
-    if (json_is_string(content)) return add(req, TIDE_ROLE_ASSISTANT, json_string_value(content), json_string_length(content), path, err);
+    if (json_is_string(content)) return tide_api_conv_add(req, TIDE_ROLE_ASSISTANT, json_string_value(content), json_string_length(content), path, err);
     if (!json_is_array(content)) return tide_api_bad(err, path, "expected string or array, got %s", tide_json_type_name(content));
     tide_sb body, reasoning;
     tide_sb_init(&body);
@@ -110,7 +98,7 @@ static int read_assistant(tide_api_req *req, json_t *content, const char *path, 
     }
     if (!rc && (tide_sb_check(&body, "reading content", &err->st) || tide_sb_check(&reasoning, "reading content", &err->st)))
         rc = -1;
-    if (!rc) rc = add(req, TIDE_ROLE_ASSISTANT, body.s, body.len, path, err);
+    if (!rc) rc = tide_api_conv_add(req, TIDE_ROLE_ASSISTANT, body.s, body.len, path, err);
     if (!rc && has_reasoning && tide_conv_set_reasoning(&req->conv, reasoning.s ? reasoning.s : "", reasoning.len, &err->st))
         rc = -1;
     tide_sb_free(&body);
@@ -134,22 +122,25 @@ static int read_assistant(tide_api_req *req, json_t *content, const char *path, 
     return 0;
 }
 
+/* tools[i]: a client tool {name, description, input_schema}, "type" absent or
+ * "custom"; server tools are refused. */
+static int read_tool(tide_api_req *req, json_t *t, const char *p, tide_api_err *err) {
+    const char *type = NULL;
+    char q[160];
+    if (tide_get_string(t, "type", p, &type, err)) return -1;
+    if (type && strcmp(type, "custom") != 0)
+        return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "server tool \"%.40s\" is not supported",
+                                    type);
+    return tide_add_tool(req, t, p, "input_schema", err);
+}
+
 static int read_tools(tide_api_req *req, json_t *root, tide_api_err *err) {
     json_t *tools, *choice;
-    if (tide_get_array(root, "tools", "", &tools, err) || tide_get_object(root, "tool_choice", "", &choice, err)) return -1;
-    size_t i;
-    json_t *t;
-    char p[160], q[160];
-    json_array_foreach(tools, i, t) {
-        tide_path_idx(p, sizeof p, "tools", i);
-        const char *type = NULL;
-        if (!json_is_object(t)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(t));
-        if (tide_get_string(t, "type", p, &type, err)) return -1;
-        if (type && strcmp(type, "custom") != 0)
-            return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "server tool \"%.40s\" is not supported",
-                                        type);
-        if (tide_add_tool(req, t, p, "input_schema", err)) return -1;
-    }
+    /* The order (tools' type, tool_choice's type, then each tool) decides
+     * which of several errors is reported. */
+    if (tide_get_array(root, "tools", "", &tools, err) || tide_get_object(root, "tool_choice", "", &choice, err) ||
+        tide_read_tool_list(req, root, read_tool, err))
+        return -1;
     if (!choice) return 0;
     const char *type = NULL, *name = NULL;
     int no_parallel = 0;
@@ -164,8 +155,7 @@ static int read_tools(tide_api_req *req, json_t *root, tide_api_err *err) {
     else if (!strcmp(type, "none")) req->gen.tool_choice = TIDE_TOOLS_NONE;
     else if (!strcmp(type, "tool")) {
         if (!name) return tide_api_bad(err, "tool_choice.name", "required");
-        req->gen.tool_choice = TIDE_TOOLS_NAMED;
-        if (!(req->gen.tool_name = strdup(name))) return tide_fail(&err->st, TIDE_ERR_NOMEM, "out of memory");
+        if (tide_set_named_tool(req, name, err)) return -1;
     } else {
         return tide_api_bad(err, "tool_choice.type", "expected auto, any, tool or none, got \"%.32s\"", type);
     }
@@ -232,14 +222,11 @@ int tide_convert_messages(json_t *root, tide_api_req *req, tide_api_err *err) {
         tide_sb_init(&text);
         int rc = read_text_blocks(system, "system", &text, err);
         if (!rc && tide_sb_check(&text, "reading system", &err->st)) rc = -1;
-        if (!rc) rc = add(req, TIDE_ROLE_SYSTEM, text.s, text.len, "system", err);
+        if (!rc) rc = tide_api_conv_add(req, TIDE_ROLE_SYSTEM, text.s, text.len, "system", err);
         tide_sb_free(&text);
         if (rc) return -1;
     }
-    if (tide_get_array(root, "messages", "", &msgs, err)) return -1;
-    if (!msgs) return tide_api_bad(err, "messages", "required");
-    if (json_array_size(msgs) > TIDE_CONV_MAX_MESSAGES)
-        return tide_api_bad(err, "messages", "more than %d messages", TIDE_CONV_MAX_MESSAGES);
+    if (tide_get_messages(root, &msgs, err)) return -1;
     size_t i;
     json_t *m;
     char p[160], q[160];

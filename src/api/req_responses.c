@@ -8,36 +8,29 @@
 
 #include "api/convert.h"
 #include "api/jfield.h"
+#include "api/req_common.h"
 #include "text/sbuf.h"
+
+/* One content part: input, output, reasoning or summary text. */
+static int read_part(json_t *part, const char *p, const char **text, tide_api_err *err) {
+    const char *type = NULL;
+    char q[160];
+    if (tide_get_string(part, "type", p, &type, err)) return -1;
+    if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
+    if (!strcmp(type, "input_image") || !strcmp(type, "image_url"))
+        return tide_api_unsupported(err, p, "images are not supported yet");
+    if (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text") &&
+        strcmp(type, "reasoning_text") && strcmp(type, "summary_text"))
+        return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"),
+                                    "content part type \"%.40s\" is not supported", type);
+    if (tide_get_string(part, "text", p, text, err)) return -1;
+    if (!*text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
+    return 0;
+}
 
 /* Text of a content field: a string or an array of text parts. */
 static int read_parts(json_t *v, const char *path, tide_sb *out, tide_api_err *err) {
-    if (json_is_string(v)) {
-        tide_sb_addn(out, json_string_value(v), json_string_length(v));
-        return 0;
-    }
-    if (!json_is_array(v)) return tide_api_bad(err, path, "expected string or array, got %s", tide_json_type_name(v));
-    size_t i;
-    json_t *part;
-    char p[160], q[160];
-    json_array_foreach(v, i, part) {
-        tide_path_idx(p, sizeof p, path, i);
-        const char *type = NULL, *text = NULL;
-        if (!json_is_object(part)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(part));
-        if (tide_get_string(part, "type", p, &type, err)) return -1;
-        if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
-        if (!strcmp(type, "input_image") || !strcmp(type, "image_url"))
-            return tide_api_unsupported(err, p, "images are not supported yet");
-        if (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text") &&
-            strcmp(type, "reasoning_text") && strcmp(type, "summary_text"))
-            return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"),
-                                        "content part type \"%.40s\" is not supported", type);
-        if (tide_get_string(part, "text", p, &text, err)) return -1;
-        if (!text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
-        if (i) tide_sb_add(out, "\n\n");
-        tide_sb_add(out, text);
-    }
-    return 0;
+    return tide_read_text_parts(v, path, read_part, out, err);
 }
 
 /* The open assistant turn: the last message, when it is an assistant's
@@ -59,8 +52,7 @@ static int add_text(tide_api_req *req, tide_role r, tide_sb *text, const char *p
         m->content = s;
         return 0;
     }
-    if (tide_conv_add(&req->conv, r, text->s, text->len, &err->st)) return tide_api_bad(err, path, "%s", err->st.msg);
-    return 0;
+    return tide_api_conv_add(req, r, text->s, text->len, path, err);
 }
 
 static int read_item(tide_api_req *req, json_t *it, const char *path, tide_api_err *err) {
@@ -88,7 +80,7 @@ static int read_item(tide_api_req *req, json_t *it, const char *path, tide_api_e
         if (content && !json_is_null(content)) rc = read_parts(content, tide_path_key(p, sizeof p, path, "content"), &text, err);
         else if (summary) rc = read_parts(summary, tide_path_key(p, sizeof p, path, "summary"), &text, err);
         if (!rc && tide_sb_check(&text, "reading input", &err->st)) rc = -1;
-        if (!rc && tide_conv_add(&req->conv, TIDE_ROLE_ASSISTANT, "", 0, &err->st)) rc = tide_api_bad(err, path, "%s", err->st.msg);
+        if (!rc) rc = tide_api_conv_add(req, TIDE_ROLE_ASSISTANT, "", 0, path, err);
         if (!rc && tide_conv_set_reasoning(&req->conv, text.s ? text.s : "", text.len, &err->st)) rc = -1;
     } else if (!strcmp(type, "function_call")) {
         const char *call_id = NULL, *name = NULL, *args = NULL;
@@ -96,8 +88,7 @@ static int read_item(tide_api_req *req, json_t *it, const char *path, tide_api_e
             tide_get_string(it, "arguments", path, &args, err))
             return -1;
         if (!name) return tide_api_bad(err, tide_path_key(p, sizeof p, path, "name"), "required");
-        if (!open_assistant(&req->conv, 1) && tide_conv_add(&req->conv, TIDE_ROLE_ASSISTANT, "", 0, &err->st))
-            return tide_api_bad(err, path, "%s", err->st.msg);
+        if (!open_assistant(&req->conv, 1) && tide_api_conv_add(req, TIDE_ROLE_ASSISTANT, "", 0, path, err)) return -1;
         if (tide_conv_add_call(&req->conv, call_id, name, args ? args : "{}", &err->st))
             return tide_api_bad(err, tide_path_key(p, sizeof p, path, "name"), "%s", err->st.msg);
     } else if (!strcmp(type, "function_call_output")) {
@@ -116,43 +107,31 @@ static int read_item(tide_api_req *req, json_t *it, const char *path, tide_api_e
     return rc;
 }
 
+/* tool_choice {"type": "function", "name"}. */
+static int read_named_choice(tide_api_req *req, json_t *choice, tide_api_err *err) {
+    const char *type = NULL, *name = NULL;
+    if (tide_get_string(choice, "type", "tool_choice", &type, err) ||
+        tide_get_string(choice, "name", "tool_choice", &name, err))
+        return -1;
+    if (!type || strcmp(type, "function") != 0)
+        return tide_api_unsupported(err, "tool_choice.type", "only function tool choices are supported");
+    if (!name) return tide_api_bad(err, "tool_choice.name", "required");
+    return tide_set_named_tool(req, name, err);
+}
+
+/* tools[i]: {"type": "function", name, description, parameters}. */
+static int read_tool(tide_api_req *req, json_t *t, const char *p, tide_api_err *err) {
+    const char *type = NULL;
+    char q[160];
+    if (tide_get_string(t, "type", p, &type, err)) return -1;
+    if (!type || strcmp(type, "function") != 0)
+        return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "only function tools are supported");
+    return tide_add_tool(req, t, p, "parameters", err);
+}
+
 static int read_tools(tide_api_req *req, json_t *root, tide_api_err *err) {
-    json_t *tools;
-    if (tide_get_array(root, "tools", "", &tools, err)) return -1;
-    size_t i;
-    json_t *t;
-    char p[160], q[160];
-    json_array_foreach(tools, i, t) {
-        tide_path_idx(p, sizeof p, "tools", i);
-        const char *type = NULL;
-        if (!json_is_object(t)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(t));
-        if (tide_get_string(t, "type", p, &type, err)) return -1;
-        if (!type || strcmp(type, "function") != 0)
-            return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "only function tools are supported");
-        if (tide_add_tool(req, t, p, "parameters", err)) return -1;
-    }
-    json_t *choice = json_object_get(root, "tool_choice");
-    if (!choice || json_is_null(choice)) return 0;
-    if (json_is_string(choice)) {
-        const char *c = json_string_value(choice);
-        if (!strcmp(c, "none")) req->gen.tool_choice = TIDE_TOOLS_NONE;
-        else if (!strcmp(c, "auto")) req->gen.tool_choice = TIDE_TOOLS_AUTO;
-        else if (!strcmp(c, "required")) req->gen.tool_choice = TIDE_TOOLS_REQUIRED;
-        else return tide_api_bad(err, "tool_choice", "expected none, auto, required or an object, got \"%.32s\"", c);
-    } else if (json_is_object(choice)) {
-        const char *type = NULL, *name = NULL;
-        if (tide_get_string(choice, "type", "tool_choice", &type, err) ||
-            tide_get_string(choice, "name", "tool_choice", &name, err))
-            return -1;
-        if (!type || strcmp(type, "function") != 0)
-            return tide_api_unsupported(err, "tool_choice.type", "only function tool choices are supported");
-        if (!name) return tide_api_bad(err, "tool_choice.name", "required");
-        req->gen.tool_choice = TIDE_TOOLS_NAMED;
-        if (!(req->gen.tool_name = strdup(name))) return tide_fail(&err->st, TIDE_ERR_NOMEM, "out of memory");
-    } else {
-        return tide_api_bad(err, "tool_choice", "expected string or object, got %s", tide_json_type_name(choice));
-    }
-    return tide_apply_tool_choice(req, "tool_choice", err);
+    if (tide_read_tool_list(req, root, read_tool, err)) return -1;
+    return tide_read_tool_choice(req, root, read_named_choice, err);
 }
 
 /* text.format, shown to the model in Chat Completions' response_format
@@ -188,7 +167,7 @@ static int read_format(tide_api_req *req, json_t *root, tide_api_err *err) {
 
 static int read_settings(tide_api_req *req, json_t *root, int *max_given, tide_api_err *err) {
     tide_gen *g = &req->gen;
-    long long top_k = 0, max_tokens = 0, seed = 0;
+    long long top_k = 0, max_tokens = 0;
     int background = 0;
     const char *model = NULL, *prev = NULL;
     json_t *reasoning;
@@ -205,12 +184,7 @@ static int read_settings(tide_api_req *req, json_t *root, int *max_given, tide_a
         return -1;
     if (prev) return tide_api_unsupported(err, "previous_response_id", "not supported: tide keeps no response state");
     if (background) return tide_api_unsupported(err, "background", "background responses are not supported");
-    json_t *sv = json_object_get(root, "seed");
-    if (sv && !json_is_null(sv)) {
-        if (tide_get_int(root, "seed", "", INT64_MIN, INT64_MAX, &seed, err)) return -1;
-        g->has_seed = 1;
-        g->seed = (uint64_t)seed;
-    }
+    if (tide_get_seed(root, g, err)) return -1;
     g->top_k = top_k < 0 ? 0 : (int)top_k;
     g->max_tokens = (int)max_tokens;
     *max_given = max_tokens > 0;
@@ -227,13 +201,13 @@ int tide_convert_responses(json_t *root, tide_api_req *req, tide_api_err *err) {
     const char *instructions = NULL;
     if (read_settings(req, root, &max_given, err) || tide_get_string(root, "instructions", "", &instructions, err))
         return -1;
-    if (instructions && tide_conv_add(&req->conv, TIDE_ROLE_SYSTEM, instructions, strlen(instructions), &err->st))
-        return tide_api_bad(err, "instructions", "%s", err->st.msg);
+    if (instructions && tide_api_conv_add(req, TIDE_ROLE_SYSTEM, instructions, strlen(instructions), "instructions", err))
+        return -1;
     json_t *input = json_object_get(root, "input");
     if (!input || json_is_null(input)) return tide_api_bad(err, "input", "required");
     if (json_is_string(input)) {
-        if (tide_conv_add(&req->conv, TIDE_ROLE_USER, json_string_value(input), json_string_length(input), &err->st))
-            return tide_api_bad(err, "input", "%s", err->st.msg);
+        if (tide_api_conv_add(req, TIDE_ROLE_USER, json_string_value(input), json_string_length(input), "input", err))
+            return -1;
     } else if (json_is_array(input)) {
         if (json_array_size(input) > TIDE_CONV_MAX_MESSAGES)
             return tide_api_bad(err, "input", "more than %d items", TIDE_CONV_MAX_MESSAGES);

@@ -75,7 +75,8 @@ int tide_prefix_init(tide_prefix_cache *pc, int32_t page_tokens, int32_t n_pages
                      tide_status *st) {
     memset(pc, 0, sizeof *pc);
     if (page_tokens <= 0) return tide_fail(st, TIDE_ERR_INVALID, "prefix cache: page_tokens = %d", (int)page_tokens);
-    if (hash_bits < 1 || hash_bits > 64) return tide_fail(st, TIDE_ERR_INVALID, "prefix cache: hash_bits = %d", hash_bits);
+    if (hash_bits < 1 || hash_bits > 64)
+        return tide_fail(st, TIDE_ERR_INVALID, "prefix cache: hash_bits = %d", hash_bits);
     if (tide_page_alloc_init(&pc->pages, n_pages, st)) return tide_fail_ctx(st, "prefix cache");
     pc->page_tokens = page_tokens;
     pc->hash_mask = hash_bits == 64 ? ~0ull : (1ull << hash_bits) - 1;
@@ -120,7 +121,8 @@ void tide_prefix_free(tide_prefix_cache *pc) {
 
 static int check_tokens(const int32_t *tokens, int64_t n, const char *fn, tide_status *st) {
     if (n < 0) return tide_fail(st, TIDE_ERR_INVALID, "prefix %s: negative token count %lld", fn, (long long)n);
-    if (n > 0 && !tokens) return tide_fail(st, TIDE_ERR_INVALID, "prefix %s: %lld tokens but no array", fn, (long long)n);
+    if (n > 0 && !tokens)
+        return tide_fail(st, TIDE_ERR_INVALID, "prefix %s: %lld tokens but no array", fn, (long long)n);
     return 0;
 }
 
@@ -220,8 +222,9 @@ static int check_release(tide_prefix_cache *pc, const int32_t *pages, int64_t n,
     for (; i < n && pc->pages.ref[pages[i]] > 0; i++) pc->pages.ref[pages[i]]--;
     for (int64_t j = 0; j < i; j++) pc->pages.ref[pages[j]]++;
     if (i < n)
-        return tide_fail(st, TIDE_ERR_INVALID, "prefix release: page %d (pages[%lld]) released more often than referenced",
-                         (int)pages[i], (long long)i);
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         "prefix release: page %d (pages[%lld]) released more often than referenced", (int)pages[i],
+                         (long long)i);
     return 0;
 }
 

@@ -18,6 +18,8 @@
  * the window rings are per sequence and rebuilt by recomputing the last
  * window of tokens (docs/engine.md).
  *
+ * Not thread-safe: one owner (the scheduler thread) calls it.
+ *
  * Typical use by the scheduler, per request:
  *     n_hit = lookup(prompt, n_prompt - 1, salt, pages)  -- takes references
  *     alloc the remaining pages; prefill from token n_hit * page_tokens
@@ -87,8 +89,11 @@ int tide_prefix_alloc(tide_prefix_cache *pc, int32_t *page, tide_status *st);
  * sequence's pages in order; n_pages may exceed the full pages, the extra
  * are ignored). Pages already cached for this prefix are skipped; if another
  * page already holds an identical entry (two requests prefilled the same
- * prefix at once), that one stays and this page remains private. Fails on a
- * page the caller does not reference or one cached for a different prefix. */
+ * prefix at once), that one stays and this page remains private. A page of
+ * the caller's already cached with these tokens under an ancestor entry that
+ * was evicted since is re-linked under the live chain. Fails on a page the
+ * caller does not reference or one cached for other tokens; entries made
+ * before the failing page stay (they are correct). */
 int tide_prefix_insert(tide_prefix_cache *pc, const int32_t *tokens, int64_t n, uint64_t salt,
                        const int32_t *pages, int64_t n_pages, tide_status *st);
 

@@ -20,7 +20,8 @@ static void usage(FILE *f) {
             "Reads DIR/config.json and the safetensors shards in DIR, prints a config\n"
             "summary, the layer-role table (one row per layer, DSpark stages included),\n"
             "tensor counts and bytes by dtype, and verifies that every tensor the config\n"
-            "requires is present with the right dtype and shape.\n"
+            "requires is present with the right dtype and shape, and that no other\n"
+            "text-model tensor is (vision tower tensors are counted, not used).\n"
             "\n"
             "options:\n"
             "  --config-only   check and print the config and roles; do not open the shards\n"
@@ -66,7 +67,7 @@ static void print_config(const tide_config *c) {
 }
 
 static void print_roles(const tide_config *c) {
-    printf("\nlayer roles:\n  %-7s %-5s %-4s %-6s %-6s %-9s %-5s %-6s %-6s %-8s %s\n", "layer", "ratio", "kv",
+    printf("\nlayer roles:\n  %-7s %-5s %-4s %-6s %-6s %-9s %-5s %-6s %-9s %-8s %s\n", "layer", "ratio", "kv",
            "topk", "keys", "cand", "engr", "dspark", "rope", "experts", "summary");
     for (int i = 0; i < c->n_layers; i++) {
         const tide_layer_role *r = &c->roles[i];
@@ -84,7 +85,7 @@ static void print_roles(const tide_config *c) {
         snprintf(rope, sizeof rope, "%g%s", r->rope_theta, r->yarn ? "+y" : "");
         char ex[16];
         snprintf(ex, sizeof ex, "%d/%d", r->num_experts_per_tok, r->n_routed_experts);
-        printf("  %-7s %-5d %-4s %-6s %-6s %-9s %-5s %-6s %-6s %-8s %s%s\n", name, r->compress_ratio, kv, tk, keys,
+        printf("  %-7s %-5d %-4s %-6s %-6s %-9s %-5s %-6s %-9s %-8s %s%s\n", name, r->compress_ratio, kv, tk, keys,
                cand, r->has_engram ? "yes" : "-", r->is_dspark_target ? "target" : "-", rope, ex,
                tide_layer_role_describe(r, summ, sizeof summ),
                (!r->is_dspark && i >= c->present_layers) ? " [not written]" : "");

@@ -172,6 +172,7 @@ int tide_cmd_run(int argc, char **argv) {
         if (tide_forward(fx, &s, 1, &o, &st) != 0) goto done;
     }
     printf("\n");
+    fflush(stdout);
     double t3 = tide_now_seconds();
     fprintf(stderr,
             "tide run: load %.2f s; prefill %lld tokens in %.3f s (%.1f tok/s); decode %ld tokens in %.3f s (%.2f tok/s), %ld threads\n",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "cli/cli.h"
@@ -29,6 +30,8 @@ static void usage(FILE *f) {
             "                     recorded as tide_synthetic.written_layers, such a checkpoint\n"
             "                     can be inspected but not run\n"
             "  --shards N         number of safetensors shards (default: one per ~4 GB, 2..48)\n"
+            "  --threads N        threads generating weights (default: the online CPUs, at most\n"
+            "                     16); the output does not depend on it\n"
             "  --tokenizer FILE   tokenizer.json to copy into DIR (default: $TIDE_TOKENIZER,\n"
             "                     else the build's stand-in tokenizer if it exists; with\n"
             "                     neither, the checkpoint is written without one and a\n"
@@ -62,7 +65,8 @@ static const char *default_tokenizer(void) {
 }
 
 int tide_cmd_synth(int argc, char **argv) {
-    tide_synth_opts o = {.seed = 1, .progress = 1};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    tide_synth_opts o = {.seed = 1, .progress = 1, .threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu};
     const char *tok = NULL;
     int no_tok = 0;
     for (int i = 1; i < argc; i++) {
@@ -84,13 +88,14 @@ int tide_cmd_synth(int argc, char **argv) {
                 return TIDE_EXIT_USAGE;
             }
             o.seed = n, i++;
-        } else if ((!strcmp(a, "--layers") || !strcmp(a, "--shards")) && v) {
+        } else if ((!strcmp(a, "--layers") || !strcmp(a, "--shards") || !strcmp(a, "--threads")) && v) {
             if (parse_u64(v, &n) || n < 1 || n > 100000) {
                 fprintf(stderr, "tide synth: %s wants a positive integer, got '%s'\n", a, v);
                 return TIDE_EXIT_USAGE;
             }
             if (!strcmp(a, "--layers")) o.layers = (int)n;
-            else o.nshards = (int)n;
+            else if (!strcmp(a, "--shards")) o.nshards = (int)n;
+            else o.threads = n > 256 ? 256 : (int)n;
             i++;
         } else {
             fprintf(stderr, "tide synth: unknown or incomplete option '%s'\n\n", a);

@@ -52,6 +52,12 @@ double tide_rng_uniform(uint64_t seed, uint64_t position, uint32_t stream, uint3
     return tide_rng_u01(w[index & 1]);
 }
 
+uint64_t tide_rng_derive_seed(uint64_t engine_seed, uint64_t request_no) {
+    uint64_t w[2];
+    tide_rng_words(engine_seed, request_no, TIDE_RNG_STREAM_SEED, 0, w);
+    return w[0];
+}
+
 double tide_rng_exp(uint64_t seed, uint64_t position, uint32_t stream, uint32_t index) {
     return -log(tide_rng_uniform(seed, position, stream, index));
 }

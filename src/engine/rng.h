@@ -21,6 +21,7 @@
 enum {
     TIDE_RNG_STREAM_SAMPLE = 0, /* the sampler's Exp(1) race */
     TIDE_RNG_STREAM_DRAFT = 1,  /* reserved: draft-side randomness of speculative decoding */
+    TIDE_RNG_STREAM_SEED = 2,   /* tide_rng_derive_seed */
 };
 
 /* One Philox-4x32-10 block: out = philox(ctr, key). */
@@ -42,5 +43,10 @@ static inline double tide_rng_u01(uint64_t w) {
  * stream). Exp(1) = -log(u): finite, in [1.1e-16, 36.8]. */
 double tide_rng_uniform(uint64_t seed, uint64_t position, uint32_t stream, uint32_t index);
 double tide_rng_exp(uint64_t seed, uint64_t position, uint32_t stream, uint32_t index);
+
+/* A request seed for requests that bring none: a pure function of the
+ * engine's seed and the request's admission number, so a whole run replays
+ * from one number (and the seed can be reported back to the client). */
+uint64_t tide_rng_derive_seed(uint64_t engine_seed, uint64_t request_no);
 
 #endif

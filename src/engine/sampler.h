@@ -44,6 +44,8 @@ typedef struct tide_sampler_ws {
     tide_sampler_cand *cand;  /* [n_vocab] candidates of steps 4-8 */
     uint8_t *seen;            /* [n_vocab] all zero between calls */
     int32_t *count;           /* [n_vocab] all zero between calls */
+    int64_t bad_row;          /* tide_sample_batch: this thread's first failed row, -1 none */
+    tide_status bad_st;       /* ... and why */
 } tide_sampler_ws;
 
 int tide_sampler_ws_init(tide_sampler_ws *ws, int32_t n_vocab, tide_status *st);
@@ -62,7 +64,8 @@ typedef struct tide_sampler_input {
 
 typedef struct tide_sample_result {
     int32_t token;
-    int32_t n_candidates; /* tokens with nonzero probability after step 7 (1 when greedy) */
+    int32_t n_candidates; /* tokens kept by steps 5-7 (1 when greedy); a few may have a
+                           * probability that underflows to 0 in double */
     float logprob;        /* log softmax(raw logits)[token], if want_logprob (else 0) */
 } tide_sample_result;
 
@@ -78,5 +81,16 @@ int tide_sample(tide_sampler_ws *ws, const tide_sampling_params *p, const tide_s
  * processed distribution and speculative acceptance. */
 int tide_sampler_probs(tide_sampler_ws *ws, const tide_sampling_params *p,
                        const tide_sampler_input *in, double *probs, tide_status *st);
+
+/* Samples n rows in parallel on `pool` (NULL = inline): row i with
+ * *params[i] and inputs[i] into results[i], using ws[thread] (one workspace
+ * per thread of the pool: tide_pool_size(pool) of them, all for the same
+ * vocabulary). Rows are independent, so the tokens are those of n single
+ * calls, in any order and on any number of threads. On failure every good row
+ * is still sampled, failed rows get token -1, and st describes the
+ * lowest-numbered failed row. */
+struct tide_pool;
+int tide_sample_batch(struct tide_pool *pool, tide_sampler_ws *ws, const tide_sampling_params *const *params,
+                      const tide_sampler_input *inputs, tide_sample_result *results, int64_t n, tide_status *st);
 
 #endif

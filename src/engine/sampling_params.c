@@ -22,7 +22,8 @@ static int check_tokens(const int32_t *ids, int32_t n, int32_t n_vocab, const ch
 int tide_sampling_params_check(const tide_sampling_params *p, int32_t n_vocab, tide_status *st) {
     if (!p) return tide_fail(st, TIDE_ERR_INVALID, "sampling parameters: NULL");
     if (n_vocab <= 0) return tide_fail(st, TIDE_ERR_INVALID, "sampling parameters: vocabulary size %d", (int)n_vocab);
-    if (!isfinite(p->temperature) || p->temperature < 0) return bad(st, "temperature", p->temperature, "finite and >= 0");
+    if (!isfinite(p->temperature) || p->temperature < 0)
+        return bad(st, "temperature", p->temperature, "finite and >= 0");
     if (!(p->top_p > 0 && p->top_p <= 1)) return bad(st, "top_p", p->top_p, "in (0, 1]");
     if (!(p->min_p >= 0 && p->min_p <= 1)) return bad(st, "min_p", p->min_p, "in [0, 1]");
     if (!isfinite(p->repetition_penalty) || p->repetition_penalty <= 0)

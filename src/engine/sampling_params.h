@@ -4,8 +4,8 @@
  *
  * Defaults (tide_sampling_params_default) switch every transformation off and
  * sample from softmax(logits) at temperature 1: the OpenAI defaults. A request
- * without a seed gets one from the engine at admission, so every request is
- * reproducible from its recorded seed. */
+ * without a seed gets one from the engine at admission (tide_rng_derive_seed),
+ * so every request is reproducible from its recorded seed. */
 #ifndef TIDE_ENGINE_SAMPLING_PARAMS_H
 #define TIDE_ENGINE_SAMPLING_PARAMS_H
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "io/safetensors.h"
 
 /* Names in messages are cut so that one absurd name cannot push the
@@ -29,39 +30,25 @@ static bool get_count(const json_t *v, int64_t *out) {
     return true;
 }
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
 /* Fills t from one header entry {"dtype", "shape", "data_offsets"}; t->offset
  * holds `begin` relative to the data region until the caller rebases it. */
 static int parse_entry(const char *label, const char *name, const json_t *v, tide_tensor *t,
                        tide_status *st) {
     if (!json_is_object(v))
         return tide_fail(st, TIDE_ERR_FORMAT, "%s: tensor " NAME_FMT ": entry is %s, not an object",
-                         label, name, json_kind(v));
+                         label, name, tide_json_kind(v));
     const json_t *dt = json_object_get(v, "dtype");
     const json_t *shape = json_object_get(v, "shape");
     const json_t *offs = json_object_get(v, "data_offsets");
     if (!json_is_string(dt))
         return tide_fail(st, TIDE_ERR_FORMAT, "%s: tensor " NAME_FMT ": \"dtype\" is %s, not a string",
-                         label, name, dt ? json_kind(dt) : "missing");
+                         label, name, dt ? tide_json_kind(dt) : "missing");
     if (tide_dtype_from_name(json_string_value(dt), &t->dtype) != 0)
         return tide_fail(st, TIDE_ERR_FORMAT, "%s: tensor " NAME_FMT ": unknown dtype '%.40s'", label,
                          name, json_string_value(dt));
     if (!json_is_array(shape))
         return tide_fail(st, TIDE_ERR_FORMAT, "%s: tensor " NAME_FMT ": \"shape\" is %s, not an array",
-                         label, name, shape ? json_kind(shape) : "missing");
+                         label, name, shape ? tide_json_kind(shape) : "missing");
     size_t nd = json_array_size(shape);
     if (nd > TIDE_ST_MAX_DIMS)
         return tide_fail(st, TIDE_ERR_UNSUPPORTED,
@@ -105,7 +92,7 @@ static int parse_entry(const char *label, const char *name, const json_t *v, tid
 static int parse_meta(const char *label, const json_t *v, tide_st_header *h, tide_status *st) {
     if (!json_is_object(v))
         return tide_fail(st, TIDE_ERR_FORMAT, "%s: \"__metadata__\" is %s, not an object", label,
-                         json_kind(v));
+                         tide_json_kind(v));
     size_t n = json_object_size(v);
     h->meta_keys = calloc(n ? n : 1, sizeof *h->meta_keys);
     h->meta_vals = calloc(n ? n : 1, sizeof *h->meta_vals);
@@ -116,7 +103,7 @@ static int parse_meta(const char *label, const json_t *v, tide_st_header *h, tid
         if (!json_is_string(val))
             return tide_fail(st, TIDE_ERR_FORMAT,
                              "%s: \"__metadata__\" value of " NAME_FMT " is %s, not a string", label,
-                             key, json_kind(val));
+                             key, tide_json_kind(val));
         h->meta_keys[h->nmeta] = strdup(key);
         h->meta_vals[h->nmeta] = strdup(json_string_value(val));
         h->nmeta++;
@@ -228,7 +215,7 @@ static int parse_json(const uint8_t *json, tide_st_header *h, tide_status *st) {
     int rc = 0;
     if (!json_is_object(root))
         rc = tide_fail(st, TIDE_ERR_FORMAT, "%s: header is %s, not a JSON object", label,
-                       json_kind(root));
+                       tide_json_kind(root));
     else
         rc = parse_object(root, h, st);
     json_decref(root);

@@ -261,11 +261,12 @@ static int shard_header(const tide_stw *w, wtensor **ts, size_t k, char **out, s
     json_decref(root);
     if (!s) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory building a shard header");
     size_t n = strlen(s), padded = (n + 7) / 8 * 8;
-    *out = realloc(s, 8 + padded);
-    if (!*out) {
+    char *grown = realloc(s, 8 + padded);
+    if (!grown) {
         free(s);
         return tide_fail(st, TIDE_ERR_NOMEM, "out of memory building a shard header");
     }
+    *out = grown;
     memmove(*out + 8, *out, n);
     memset(*out + 8 + n, ' ', padded - n);
     for (int i = 0; i < 8; i++) (*out)[i] = (char)((uint64_t)padded >> (8 * i) & 0xff);

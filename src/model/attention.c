@@ -92,7 +92,7 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
     const tide_layer_role *role = L->role;
     const tide_ops *ops = s->ops;
     int64_t rows = s->rows, H = c->num_attention_heads, Dh = c->head_dim, QL = c->q_lora_rank;
-    int64_t G = c->o_groups, R = c->o_lora_rank, win = c->sliding_window, D = c->hidden_size;
+    int64_t G = c->o_groups, R = c->o_lora_rank, win = c->sliding_window;
     int ratio = role->compress_ratio;
 
     float *qr = tide_xmalloc((size_t)(rows * QL) * sizeof(float));
@@ -146,6 +146,15 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
         free(count);
     }
 
+    if (dopt->dump && ratio > 0) {
+        int64_t w = c->index_topk;
+        float *t = tide_xmalloc((size_t)(rows * w) * sizeof(float));
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < w; i++) t[r * w + i] = i < s->topk_n[r] ? (float)s->topk[r * w + i] : -2.0f;
+        dopt->dump(dopt->dump_ctx, "topk", layer, t, rows, w);
+        free(t);
+    }
+
     /* entry lists */
     int64_t itk = ratio > 0 ? c->index_topk : 0, per = win + itk;
     const float **ents = tide_xmalloc((size_t)(rows * per) * sizeof(float *));
@@ -155,8 +164,13 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
         int n = window_entries(s, layer, r, kv, e);
         if (ratio > 0) {
             const tide_seq_cache *sc = s->seqs[s->row_seq[r]].cache;
-            for (int i = 0; i < s->topk_n[r]; i++)
-                e[n++] = tide_kv_latent(&s->fx->kv, &sc->tables[kv_slot], s->topk[r * itk + i]);
+            /* the reference's trailing -1 entries only with its layout: they
+             * depend on the chunk's end, which the canonical layout must not */
+            int cnt = s->fx->opt.ref_layout ? s->topk_n[r] : s->topk_valid[r];
+            for (int i = 0; i < cnt; i++) {
+                int32_t j = s->topk[r * itk + i];
+                e[n++] = j < 0 ? NULL : tide_kv_latent(&s->fx->kv, &sc->tables[kv_slot], j);
+            }
         }
         ar[r].kv = e;
         ar[r].n_idx = n;
@@ -168,7 +182,6 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
     float *oa = tide_xmalloc((size_t)(rows * G * R) * sizeof(float));
     wo_a_grouped(s, &a->wo_a, o, G, R, oa);
     ops->linear(s->pool, &a->wo_b, oa, rows, out, TIDE_LIN_BF16_OUT);
-    (void)D;
 
     /* the ring takes this step's window KV (after every query has read it) */
     for (int64_t r = 0; r < rows; r++) {

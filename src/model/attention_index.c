@@ -30,10 +30,9 @@ typedef struct {
     int64_t iscratch_per;
 } idx_job;
 
-static void candidates(const tide_step *s, const float *score, int64_t n, int64_t cl, uint8_t *mask,
-                       float *bscore, int32_t *bidx) {
-    const tide_text_config *c = &s->m->cfg.text;
-    int64_t bs = c->candidate_block_size, nb = (n + bs - 1) / bs;
+void tide_candidate_mask(const tide_ops *ops, const float *score, int64_t n, int64_t cl, int64_t topk_blocks,
+                         int64_t bs, uint8_t *mask, float *bscore, int32_t *bidx) {
+    int64_t nb = (n + bs - 1) / bs;
     for (int64_t b = 0; b < nb; b++) {
         float mx = -INFINITY;
         for (int64_t j = b * bs; j < (b + 1) * bs && j < n; j++) mx = score[j] > mx ? score[j] : mx;
@@ -41,8 +40,8 @@ static void candidates(const tide_step *s, const float *score, int64_t n, int64_
     }
     /* the block holding the newest visible position is pinned in */
     if (cl > 0) bscore[(cl - 1) / bs] = INFINITY;
-    int64_t kb = c->candidate_topk_blocks < nb ? c->candidate_topk_blocks : nb;
-    int got = s->ops->topk_sorted(bscore, nb, (int)kb, bidx, NULL);
+    int64_t kb = topk_blocks < nb ? topk_blocks : nb;
+    int got = ops->topk_sorted(bscore, nb, (int)kb, bidx, NULL);
     memset(mask, 0, (size_t)n);
     for (int i = 0; i < got; i++) {
         int64_t b = bidx[i];
@@ -62,6 +61,7 @@ static void idx_task(void *arg, int64_t r, int thread) {
     int64_t end = s->seqs[q].cache->pos + s->seqs[q].n_tokens;
     int64_t n = end / ratio, cl = (s->row_pos[r] + 1) / ratio;
     s->topk_n[r] = 0;
+    s->topk_valid[r] = 0;
     if (n == 0) return;
     float *score = jb->scratch + (int64_t)thread * jb->scratch_per;
     float *bscore = score + n;
@@ -69,15 +69,18 @@ static void idx_task(void *arg, int64_t r, int thread) {
     s->ops->index_scores(jb->q + r * IH * ID, (int)IH, ID, jb->w + r * IH, jb->keys[q], n, score);
     for (int64_t j = cl; j < n; j++) score[j] = -INFINITY;
     if (role->is_candidate_source) {
-        candidates(s, score, n, cl, s->cand + r * s->cand_w, bscore, iscr);
+        tide_candidate_mask(s->ops, score, n, cl, c->candidate_topk_blocks, c->candidate_block_size,
+                            s->cand + r * s->cand_w, bscore, iscr);
     } else if (role->uses_candidates && s->has_cand && n <= s->cand_w) {
         const uint8_t *mask = s->cand + r * s->cand_w;
         for (int64_t j = 0; j < n; j++)
             if (!mask[j]) score[j] = -INFINITY;
     }
     int k = s->ops->topk_sorted(score, n, (int)(itk < n ? itk : n), s->topk + r * itk, iscr);
-    while (k > 0 && s->topk[r * itk + k - 1] >= cl) k--; /* the reference's -1 entries */
+    int valid = k;
+    while (valid > 0 && s->topk[r * itk + valid - 1] >= cl) s->topk[r * itk + --valid] = -1;
     s->topk_n[r] = k;
+    s->topk_valid[r] = valid;
 }
 
 void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, const float *lat,
@@ -89,7 +92,7 @@ void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, cons
     const tide_layer_role *role = L->role;
     const tide_ops *ops = s->ops;
     int ratio = role->compress_ratio;
-    int64_t rows = s->rows, IH = c->index_n_heads, ID = c->index_head_dim, Dh = c->head_dim;
+    int64_t rows = s->rows, IH = c->index_n_heads, ID = c->index_head_dim;
 
     /* 1. publish keys for the new latents */
     if (role->indexer_owns_keys && lat) {
@@ -114,7 +117,6 @@ void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, cons
             free(k);
         }
     }
-    (void)Dh;
 
     /* 2. queries and head weights */
     float *q = tide_xmalloc((size_t)(rows * IH * ID) * sizeof(float));

@@ -12,25 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/json.h"
+
 /* Where the value being read sits, for messages: section "" is the top level. */
 typedef struct jctx {
     const char *origin;
     tide_status *st;
 } jctx;
-
-static const char *json_type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
 
 /* "text_config.hidden_size" or "image_token_id". */
 static void field_name(char *buf, size_t cap, const char *sect, const char *key) {
@@ -53,7 +41,7 @@ static int bad_type(const json_t *v, const char *sect, const char *key, const ch
     char f[160];
     field_name(f, sizeof f, sect, key);
     return tide_fail(c->st, TIDE_ERR_FORMAT, "%s: %s must be %s (found %s)", c->origin, f, want,
-                     json_type_name(v));
+                     tide_json_kind(v));
 }
 
 static int get_i64(json_t *obj, const char *sect, const char *key, int64_t *out, jctx *c) {
@@ -111,7 +99,7 @@ static int get_i64_list(json_t *obj, const char *sect, const char *key, int64_t 
         json_t *e = json_array_get(v, i);
         if (!json_is_integer(e))
             return tide_fail(c->st, TIDE_ERR_FORMAT, "%s: %s[%zu] must be an integer (found %s)",
-                             c->origin, f, i, json_type_name(e));
+                             c->origin, f, i, tide_json_kind(e));
         out[i] = (int64_t)json_integer_value(e);
     }
     *n = (int)len;
@@ -147,7 +135,7 @@ static int get_obj(json_t *obj, const char *sect, const char *key, json_t **out,
 /* ---------------------------------------------------------------- reading */
 
 static int read_rope_scaling(json_t *text, tide_rope_scaling *r, jctx *c) {
-    json_t *o;
+    json_t *o = NULL;
     const char *s = "text_config.rope_scaling";
     if (get_obj(text, "text_config", "rope_scaling", &o, c) != 0) return -1;
     if (get_str(o, s, "rope_type", r->rope_type, c) || get_f64(o, s, "factor", &r->factor, c) ||
@@ -290,10 +278,10 @@ static int read_synth(json_t *root, tide_synth_meta *m, jctx *c) {
 }
 
 static int read_root(json_t *root, tide_config *cfg, jctx *c) {
-    json_t *text;
+    json_t *text = NULL;
     if (!json_is_object(root))
         return tide_fail(c->st, TIDE_ERR_FORMAT, "%s: the top level must be an object (found %s)",
-                         c->origin, json_type_name(root));
+                         c->origin, tide_json_kind(root));
     if (get_str(root, "", "model_type", cfg->model_type, c) ||
         get_i64(root, "", "image_token_id", &cfg->image_token_id, c) ||
         get_obj(root, "", "text_config", &text, c))
@@ -309,6 +297,7 @@ int tide_config_from_json_text(const char *text, const char *origin, tide_config
                                tide_status *st) {
     if (!origin) origin = "config.json";
     memset(cfg, 0, sizeof *cfg);
+    if (!text) return tide_fail(st, TIDE_ERR_INVALID, "%s: no text", origin);
     json_error_t err;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
     if (!root)

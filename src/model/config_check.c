@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "model/config.h"
+#include "num/prime.h"
 
 #define T "text_config."
 
@@ -238,40 +239,15 @@ static int check_candidates(const tide_text_config *x, tide_status *st) {
 }
 
 /* Bucket primes (reference EngramLayout.from_args): for each layer and n-gram
- * size, n_heads fresh primes, searching upward from engram_vocab_size - 1 and
- * skipping every prime already handed out. */
-static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m) { return (uint64_t)((unsigned __int128)a * b % m); }
-
-static uint64_t powmod(uint64_t a, uint64_t e, uint64_t m) {
-    uint64_t r = 1;
-    for (a %= m; e; e >>= 1, a = mulmod(a, a, m))
-        if (e & 1) r = mulmod(r, a, m);
-    return r;
-}
-
-/* Deterministic Miller-Rabin for 64-bit n (these bases cover all n < 2^64). */
-static int is_prime(int64_t sn) {
-    if (sn < 2) return 0;
-    uint64_t n = (uint64_t)sn;
-    static const uint64_t bases[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37};
-    for (int i = 0; i < 12; i++)
-        if (n % bases[i] == 0) return n == bases[i];
-    uint64_t d = n - 1;
-    int s = 0;
-    while (!(d & 1)) d >>= 1, s++;
-    for (int i = 0; i < 12; i++) {
-        uint64_t x = powmod(bases[i], d, n);
-        if (x == 1 || x == n - 1) continue;
-        int composite = 1;
-        for (int r = 1; r < s && composite; r++) {
-            x = mulmod(x, x, n);
-            if (x == n - 1) composite = 0;
-        }
-        if (composite) return 0;
-    }
-    return 1;
-}
-
+ * size, n_heads primes; each is the smallest prime above `cur` not handed
+ * out yet, where `cur` restarts at engram_vocab_size - 1 for every n-gram
+ * size and then follows the head's own prime. The primes handed out so far
+ * are always all the primes from engram_vocab_size up to the largest one (by
+ * induction), so "smallest unseen prime above cur" is "smallest prime above
+ * max(cur, largest handed out)": in effect consecutive primes, found here
+ * without the reference's quadratic search. tests/test_engram.c checks this
+ * against a literal transcription of that search. This is the one place the
+ * list is computed: model/engram.c builds its tables from it. */
 int tide_config_engram_primes(const tide_config *cfg, int64_t *primes, int cap, tide_status *st) {
     const tide_text_config *x = &cfg->text;
     if (x->engram_max_ngram_size < 1 || x->engram_max_ngram_size > 64 || x->engram_n_heads < 0 ||
@@ -279,23 +255,19 @@ int tide_config_engram_primes(const tide_config *cfg, int64_t *primes, int cap, 
         return tide_fail(st, TIDE_ERR_INVALID, "engram primes: engram_max_ngram_size or engram_n_heads out of range");
     int64_t per = (x->engram_max_ngram_size - 1) * x->engram_n_heads;
     int64_t total = per * x->n_engram_layer_ids;
+    /* 2^40 keeps a layer's sum of primes (its table rows) far inside int64. */
     if (per < 0 || total > cap || x->engram_vocab_size < 1 || x->engram_vocab_size > ((int64_t)1 << 40))
         return tide_fail(st, TIDE_ERR_INVALID,
                          "engram primes: need %lld slots (have %d) and 1 <= engram_vocab_size <= 2^40",
                          (long long)total, cap);
+    int64_t largest = 0;
     int k = 0;
     for (int layer = 0; layer < x->n_engram_layer_ids; layer++)
         for (int64_t n = 0; n < x->engram_max_ngram_size - 1; n++) {
             int64_t cur = x->engram_vocab_size - 1;
             for (int64_t h = 0; h < x->engram_n_heads; h++) {
-                for (;;) {
-                    cur++;
-                    if (!is_prime(cur)) continue;
-                    int seen = 0;
-                    for (int j = 0; j < k && !seen; j++) seen = primes[j] == cur;
-                    if (!seen) break;
-                }
-                primes[k++] = cur;
+                uint64_t from = (uint64_t)(cur > largest ? cur : largest);
+                primes[k++] = cur = largest = (int64_t)tide_next_prime_u64(from);
             }
         }
     return 0;

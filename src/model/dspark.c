@@ -4,6 +4,7 @@
  * reference lists them) and to every draft row. */
 #include "model/dspark.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,7 +167,6 @@ int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hid
     s.ops = fx->ops;
     s.pool = fx->pool;
     s.rows = B;
-    s.dspark = 1;
     s.row_pos = tide_xmalloc((size_t)B * sizeof(int64_t));
     int32_t *ids = tide_xmalloc((size_t)B * sizeof(int32_t));
     for (int64_t i = 0; i < B; i++) {

@@ -15,79 +15,14 @@
 
 /* ---- primes --------------------------------------------------------------- */
 
-/* (a * b) mod m for m < 2^63 by doubling: no 128-bit type needed, and only
- * ever run on a few hundred candidates at build time. */
-static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m) {
-    uint64_t r = 0;
-    a %= m;
-    while (b) {
-        if (b & 1) r = r + a >= m ? r + a - m : r + a;
-        a = a + a >= m ? a + a - m : a + a;
-        b >>= 1;
-    }
-    return r;
-}
-
-static uint64_t powmod(uint64_t b, uint64_t e, uint64_t m) {
-    uint64_t r = 1 % m;
-    b %= m;
-    while (e) {
-        if (e & 1) r = mulmod(r, b, m);
-        b = mulmod(b, b, m);
-        e >>= 1;
-    }
-    return r;
-}
-
-/* Deterministic Miller-Rabin for n < 2^63 (bases valid for all 64-bit n);
- * small factors are screened first since most candidates have one. */
-static int is_prime(uint64_t n) {
-    static const uint64_t small[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47};
-    if (n < 2) return 0;
-    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
-        if (n == small[i]) return 1;
-        if (n % small[i] == 0) return 0;
-    }
-    uint64_t d = n - 1;
-    int s = 0;
-    while (!(d & 1)) { d >>= 1; s++; }
-    static const uint64_t bases[] = {2, 325, 9375, 28178, 450775, 9780504, 1795265022};
-    for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
-        uint64_t a = bases[i] % n;
-        if (a == 0) continue;
-        uint64_t x = powmod(a, d, n);
-        if (x == 1 || x == n - 1) continue;
-        int composite = 1;
-        for (int r = 1; r < s && composite; r++) {
-            x = mulmod(x, x, n);
-            if (x == n - 1) composite = 0;
-        }
-        if (composite) return 0;
-    }
-    return 1;
-}
-
-/* The reference's layout: for each layer, for each n-gram size, for each
- * head, the smallest prime above `cur` that was not handed out yet, where
- * `cur` restarts at engram_vocab_size - 1 for every n-gram size and then
- * follows the head's own prime. The primes handed out so far are always all
- * the primes from engram_vocab_size up to the largest one (by induction), so
- * "smallest unseen prime above cur" is "smallest prime above max(cur,
- * largest handed out)": in effect consecutive primes. The test checks this
- * against a literal transcription of the reference's search. */
+/* The bucket primes come from the config module (tide_config_engram_primes,
+ * the one implementation of the reference's rule); here each layer's columns
+ * get their row offsets, and the layer's table must hold them all. */
 static int build_primes(const tide_config *cfg, tide_engram_tables *t, tide_status *st) {
     const int per_layer = t->n_cols;
-    int64_t largest = 0;
-    int handed = 0;
+    if (tide_config_engram_primes(cfg, t->primes, t->n_layers * per_layer, st) != 0)
+        return tide_fail_ctx(st, "engram");
     for (int k = 0; k < t->n_layers; k++) {
-        for (int g = 0; g < t->max_ngram - 1; g++) {
-            int64_t cur = cfg->text.engram_vocab_size - 1;
-            for (int h = 0; h < t->n_heads; h++) {
-                int64_t c = (cur > largest ? cur : largest) + 1;
-                while (!is_prime((uint64_t)c)) c++;
-                t->primes[handed++] = cur = largest = c;
-            }
-        }
         int64_t off = 0;
         for (int c = 0; c < per_layer; c++) {
             t->offsets[k * per_layer + c] = off;
@@ -142,7 +77,7 @@ static int check_config(const tide_config *cfg, tide_status *st) {
         return tide_fail(st, TIDE_ERR_INVALID,
                          "engram: engram_head_dim %lld is not a positive multiple of 32",
                          (long long)c->engram_head_dim);
-    if (c->engram_vocab_size < 1 || c->engram_vocab_size > ((int64_t)1 << 56))
+    if (c->engram_vocab_size < 1 || c->engram_vocab_size > ((int64_t)1 << 40)) /* as the config check */
         return tide_fail(st, TIDE_ERR_INVALID, "engram: engram_vocab_size %lld out of range",
                          (long long)c->engram_vocab_size);
     for (int k = 0; k < c->n_engram_layer_ids; k++)

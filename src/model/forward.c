@@ -5,8 +5,6 @@
  * with the last block's FFN pre coefficients, final norm, f32 head. */
 #include "model/forward.h"
 
-#include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,11 +30,21 @@ int tide_fwd_ctx_create(const tide_model *m, const tide_ops *ops, int n_threads,
         free(fx);
         return tide_fail(st, TIDE_ERR_UNSUPPORTED, "forward: head/rope/hidden sizes must be multiples of 32");
     }
-    for (int i = 0; i < m->n_layers; i++)
+    for (int i = 0; i < m->n_layers; i++) {
+        const tide_layer_role *r = m->layers[i].role;
         if (m->layers[i].ffn.n_experts > 4096 || m->layers[i].ffn.top_k > m->layers[i].ffn.n_experts) {
             free(fx);
             return tide_fail(st, TIDE_ERR_UNSUPPORTED, "forward: layer %d: expert counts out of range", i);
         }
+        /* a compressed layer needs a KV source at or below it (the config
+         * check guarantees it; the forward pass indexes by it) */
+        if (r->compress_ratio > 0 && (r->is_dspark || r->kv_source < 0 || r->kv_source >= TIDE_MAX_LAYERS ||
+                                      m->kv_src_slot[r->kv_source] < 0 || r->index_source < 0)) {
+            free(fx);
+            return tide_fail(st, TIDE_ERR_UNSUPPORTED, "forward: layer %d has ratio %d but no KV/index source",
+                             i, r->compress_ratio);
+        }
+    }
     if (tide_kv_pool_init(&fx->kv, fx->opt.kv_block, c->head_dim, c->index_head_dim,
                           fx->opt.kv_max_blocks, st) != 0 ||
         tide_pool_create(n_threads < 1 ? 1 : n_threads, &fx->pool, st) != 0) {
@@ -115,7 +123,7 @@ static int engram_rows(const tide_step *s, int64_t *out, tide_status *st) {
         const tide_seq_cache *c = sq->cache;
         int64_t nh = c->pos < t->max_ngram - 1 ? c->pos : t->max_ngram - 1;
         int32_t *ids = tide_xmalloc((size_t)(nh + sq->n_tokens) * sizeof(int32_t));
-        memcpy(ids, c->tokens + c->pos - nh, (size_t)nh * sizeof(int32_t));
+        if (nh > 0) memcpy(ids, c->tokens + c->pos - nh, (size_t)nh * sizeof(int32_t));
         memcpy(ids + nh, sq->tokens, (size_t)sq->n_tokens * sizeof(int32_t));
         int rc = tide_engram_hash(t, ids, NULL, nh, sq->n_tokens, out + s->seq_row0[q] * per, st);
         free(ids);
@@ -178,6 +186,7 @@ static void free_step(tide_step *s) {
     free(s->row_pos);
     free(s->topk);
     free(s->topk_n);
+    free(s->topk_valid);
     free(s->cand);
 }
 
@@ -210,7 +219,8 @@ int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_ou
     int64_t itk = c->index_topk > 0 ? c->index_topk : 1;
     s.topk = tide_xmalloc((size_t)(s.rows * itk) * sizeof(int32_t));
     s.topk_n = calloc((size_t)s.rows, sizeof(int32_t));
-    if (!s.topk_n) abort();
+    s.topk_valid = calloc((size_t)s.rows, sizeof(int32_t));
+    if (!s.topk_n || !s.topk_valid) abort();
 
     /* everything that can fail happens before any state changes */
     for (int q = 0; q < n_seqs; q++)

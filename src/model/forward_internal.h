@@ -25,16 +25,16 @@ typedef struct tide_step {
     int64_t *seq_row0;  /* [n_seqs + 1] first row of each sequence */
     int32_t *row_seq;   /* [rows] */
     int64_t *row_pos;   /* [rows] absolute position */
-    /* the latest index source's top-k: compressed positions, ascending */
+    /* the latest index source's top-k: compressed positions, ascending, then
+     * -1 for picks the query cannot see (the reference's layout: its
+     * trailing -1 entries change where the softmax sums' zeros fall) */
     int32_t *topk;      /* [rows][index_topk] */
-    int32_t *topk_n;    /* [rows] */
+    int32_t *topk_n;    /* [rows] entries, -1s included */
+    int32_t *topk_valid; /* [rows] entries before the first -1 */
     /* the candidate source's blocks, expanded to positions: [rows][cand_w] */
     uint8_t *cand;
     int64_t cand_w;
     int has_cand;
-    /* DSpark stage steps: the draft rows attend to the ring and to each other */
-    int dspark;
-    const float *dspark_main_kv; /* unused placeholder for symmetry */
 } tide_step;
 
 /* Sub-layers (x: [rows][dim] normalised input; out: [rows][dim]). */
@@ -54,6 +54,15 @@ void tide_compress(tide_step *s, int layer, const float *x, float *lat, int64_t 
  * computes the step's top-k (s->topk) and candidates. */
 void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, const float *lat,
                   const int64_t *first, const int64_t *count);
+
+/* Level one of the two-level top-k for one query (the reference's
+ * select_candidate_blocks): score[0..n) with -inf where invisible, cl = the
+ * query's visible count. mask[j] = 1 for positions in the topk_blocks best
+ * blocks of bs (block score = max; the block holding position cl-1 pinned
+ * in; -inf blocks dropped; ties toward the lower block). Scratch: bscore and
+ * bidx of ceil(n/bs) entries. */
+void tide_candidate_mask(const tide_ops *ops, const float *score, int64_t n, int64_t cl, int64_t topk_blocks,
+                         int64_t bs, uint8_t *mask, float *bscore, int32_t *bidx);
 
 /* RoPE helper: rotates the last rope dims of n_vec vectors of width `width`
  * at stride `width` by position pos with the layer's frequencies. */

@@ -199,6 +199,10 @@ int tide_manifest_layer_name(const tide_config *cfg, int layer, const char *suff
     return 0;
 }
 
+static int cmp_entry(const void *a, const void *b) {
+    return strcmp((*(const tide_manifest_entry *const *)a)->name, (*(const tide_manifest_entry *const *)b)->name);
+}
+
 int tide_manifest_build(const tide_config *cfg, tide_manifest *m, tide_status *st) {
     memset(m, 0, sizeof *m);
     const tide_text_config *x = &cfg->text;
@@ -215,22 +219,35 @@ int tide_manifest_build(const tide_config *cfg, tide_manifest *m, tide_status *s
         else snprintf(b.prefix, sizeof b.prefix, "mtp.%d.", i - L);
         block(&b, &cfg->roles[i]);
     }
+    if (!b.failed && !(m->by_name = malloc(sizeof *m->by_name * (m->n ? m->n : 1)))) {
+        b.failed = 1;
+        tide_fail(st, TIDE_ERR_NOMEM, "manifest: out of memory");
+    }
     if (b.failed) {
         tide_manifest_free(m);
         return -1;
     }
+    for (size_t i = 0; i < m->n; i++) m->by_name[i] = &m->e[i];
+    qsort(m->by_name, m->n, sizeof *m->by_name, cmp_entry);
     return 0;
 }
 
 void tide_manifest_free(tide_manifest *m) {
     if (!m) return;
     free(m->e);
+    free(m->by_name);
     memset(m, 0, sizeof *m);
 }
 
 const tide_manifest_entry *tide_manifest_find(const tide_manifest *m, const char *name) {
-    for (size_t i = 0; i < m->n; i++)
-        if (!strcmp(m->e[i].name, name)) return &m->e[i];
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(m->by_name[mid]->name, name);
+        if (c == 0) return m->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return NULL;
 }
 

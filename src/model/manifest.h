@@ -71,6 +71,7 @@ typedef struct tide_manifest {
     uint64_t total_bytes;
     uint64_t bytes_by_dtype[TIDE_DT_COUNT];
     size_t count_by_dtype[TIDE_DT_COUNT];
+    const tide_manifest_entry **by_name; /* the entries sorted by name, for tide_manifest_find */
 } tide_manifest;
 
 /* Builds the list for a checked config. Only backbone layers below
@@ -78,8 +79,7 @@ typedef struct tide_manifest {
 int tide_manifest_build(const tide_config *cfg, tide_manifest *m, tide_status *st);
 void tide_manifest_free(tide_manifest *m);
 
-/* Linear search by name (the manifest is small next to anything that uses it
- * per token; binders can also build names with tide_manifest_layer_name). */
+/* Binary search by name; NULL if absent. */
 const tide_manifest_entry *tide_manifest_find(const tide_manifest *m, const char *name);
 
 /* "layers.{i}.{suffix}" for backbone layers, "mtp.{i - num_hidden_layers}.{suffix}"

@@ -10,11 +10,12 @@
 #include <sys/stat.h>
 
 #include "base/log.h"
+#include "base/threadpool.h"
 #include "io/safetensors.h"
 #include "model/engram.h"
 #include "num/num.h"
 
-/* Elements per slab: bounds the memory of a write to ~6 bytes per element. */
+/* Elements per slab: a write holds ~8 bytes per element (~32 MiB) whatever the shape. */
 #define SLAB_ELEMS ((size_t)1 << 22)
 
 /* ---------------------------------------------------------------- values */
@@ -71,6 +72,7 @@ static int64_t slab_rows(const tide_manifest_entry *e, int64_t cols) {
 
 typedef struct synth_ctx {
     tide_stw *w;
+    tide_pool *pool;
     uint64_t seed;
     uint64_t done, total;
     int progress;
@@ -85,54 +87,84 @@ static int put(synth_ctx *c, const char *name, uint64_t off, const void *data, u
     return 0;
 }
 
-static int write_plain(synth_ctx *c, const tide_manifest_entry *e) {
-    int64_t rows, cols;
-    rows_cols(e, &rows, &cols);
-    int64_t R = slab_rows(e, cols);
-    uint64_t off = 0;
-    for (int64_t r0 = 0; r0 < rows; r0 += R) {
-        int64_t nr = rows - r0 < R ? rows - r0 : R;
-        size_t n = (size_t)(nr * cols);
-        tide_synth_values(c->seed, e, (uint64_t)(r0 * cols), n, c->b.f);
-        uint64_t bytes;
-        if (e->dtype == TIDE_DT_F32) {
-            bytes = n * 4;
-            memcpy(c->b.q, c->b.f, bytes);
-        } else { /* BF16 */
-            uint16_t *h = (uint16_t *)(void *)c->b.q;
-            for (size_t i = 0; i < n; i++) h[i] = tide_f32_to_bf16(c->b.f[i]);
-            bytes = n * 2;
-        }
-        if (put(c, e->name, off, c->b.q, bytes)) return -1;
-        off += bytes;
+/* Bytes of weight and of scale that rows [0, r) of a slab occupy (r a
+ * multiple of 32 for FP8 weights, whose scales cover 32-row blocks). */
+static void row_bytes(const tide_manifest_entry *e, int64_t r, int64_t cols, uint64_t *wb, uint64_t *sb) {
+    uint64_t n = (uint64_t)r * (uint64_t)cols;
+    switch (e->kind) {
+    case TIDE_WK_FP8_WEIGHT:
+        *wb = n;
+        *sb = (uint64_t)((r + 31) / 32) * (uint64_t)((cols + 31) / 32);
+        break;
+    case TIDE_WK_FP4_WEIGHT:
+        *wb = n / 2;
+        *sb = n / 32;
+        break;
+    case TIDE_WK_ENGRAM_TABLE:
+        *wb = n;
+        *sb = n / 32;
+        break;
+    default:
+        *wb = n * (e->dtype == TIDE_DT_F32 ? 4 : 2);
+        *sb = 0;
     }
-    return 0;
 }
 
-/* A quantised weight and its scale (the next manifest entry), slab by slab. */
-static int write_quant(synth_ctx *c, const tide_manifest_entry *e, const tide_manifest_entry *s) {
-    int64_t rows = e->shape[0], cols = e->shape[1];
-    int64_t R = slab_rows(e, cols);
+/* Rows [a, b) of the slab that starts at row r0: values, then encoding. */
+static void encode_rows(const tide_manifest_entry *e, uint64_t seed, int64_t r0, int64_t a, int64_t b, int64_t cols,
+                        const slab_bufs *buf) {
+    size_t n = (size_t)((b - a) * cols);
+    float *f = buf->f + (size_t)(a * cols);
+    uint64_t wo, so;
+    row_bytes(e, a, cols, &wo, &so);
+    uint8_t *q = buf->q + wo, *s = buf->s + so;
+    tide_synth_values(seed, e, (uint64_t)((r0 + a) * cols), n, f);
+    switch (e->kind) {
+    case TIDE_WK_FP8_WEIGHT: tide_quant_fp8_weight(f, (size_t)(b - a), (size_t)cols, q, s); break;
+    case TIDE_WK_FP4_WEIGHT: tide_quant_fp4_weight(f, (size_t)(b - a), (size_t)cols, q, s); break;
+    case TIDE_WK_ENGRAM_TABLE: tide_quant_fp8_act(f, n, 32, q, s); break;
+    default:
+        if (e->dtype == TIDE_DT_F32) {
+            memcpy(q, f, n * 4);
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h = tide_f32_to_bf16(f[i]);
+                memcpy(q + 2 * i, &h, 2);
+            }
+        }
+    }
+}
+
+typedef struct slab_job {
+    const tide_manifest_entry *e;
+    uint64_t seed;
+    int64_t r0, nr, cols, per_task;
+    const slab_bufs *buf;
+} slab_job;
+
+static void slab_task(void *arg, int64_t task, int thread) {
+    (void)thread;
+    const slab_job *j = arg;
+    int64_t a = task * j->per_task, b = a + j->per_task < j->nr ? a + j->per_task : j->nr;
+    if (a < b) encode_rows(j->e, j->seed, j->r0, a, b, j->cols, j->buf);
+}
+
+/* One tensor (and, for quantised kinds, its scale entry s), slab by slab;
+ * the rows of a slab are encoded in parallel, written in order. */
+static int write_tensor(synth_ctx *c, const tide_manifest_entry *e, const tide_manifest_entry *s) {
+    int64_t rows, cols;
+    rows_cols(e, &rows, &cols);
+    int64_t R = slab_rows(e, cols), unit = e->kind == TIDE_WK_FP8_WEIGHT ? 32 : 1;
     uint64_t woff = 0, soff = 0;
     for (int64_t r0 = 0; r0 < rows; r0 += R) {
         int64_t nr = rows - r0 < R ? rows - r0 : R;
-        size_t n = (size_t)(nr * cols);
-        tide_synth_values(c->seed, e, (uint64_t)(r0 * cols), n, c->b.f);
+        int64_t units = (nr + unit - 1) / unit, tasks = 4 * (int64_t)tide_pool_size(c->pool);
+        if (tasks > units) tasks = units;
+        slab_job j = {e, c->seed, r0, nr, cols, (units + tasks - 1) / tasks * unit, &c->b};
+        tide_pool_for(c->pool, (nr + j.per_task - 1) / j.per_task, slab_task, &j);
         uint64_t wb, sb;
-        if (e->kind == TIDE_WK_FP8_WEIGHT) {
-            tide_quant_fp8_weight(c->b.f, (size_t)nr, (size_t)cols, c->b.q, c->b.s);
-            wb = n;
-            sb = (uint64_t)((nr + 31) / 32) * (uint64_t)((cols + 31) / 32);
-        } else if (e->kind == TIDE_WK_FP4_WEIGHT) {
-            tide_quant_fp4_weight(c->b.f, (size_t)nr, (size_t)cols, c->b.q, c->b.s);
-            wb = n / 2;
-            sb = n / 32;
-        } else { /* engram table: FP8 rows, one scale per 32 values */
-            tide_quant_fp8_act(c->b.f, n, 32, c->b.q, c->b.s);
-            wb = n;
-            sb = n / 32;
-        }
-        if (put(c, e->name, woff, c->b.q, wb) || put(c, s->name, soff, c->b.s, sb)) return -1;
+        row_bytes(e, nr, cols, &wb, &sb);
+        if (put(c, e->name, woff, c->b.q, wb) || (s && put(c, s->name, soff, c->b.s, sb))) return -1;
         woff += wb;
         soff += sb;
     }
@@ -149,8 +181,9 @@ int tide_synth_default_shards(uint64_t total_bytes, size_t n_tensors) {
     return (int)n;
 }
 
-/* Shard of each entry: consecutive runs of about total/nshards bytes, every
- * shard non-empty, a weight and its scale kept together. */
+/* Shard of each entry: consecutive runs of about total/nshards bytes, a
+ * weight and its scale kept together, and no shard left empty unless there
+ * are about as many shards as tensors. */
 static void assign_shards(const tide_manifest *m, int nshards, int *shard) {
     uint64_t cum = 0;
     int k = 0;
@@ -211,9 +244,9 @@ static int write_all(synth_ctx *c, const tide_manifest *m) {
     for (size_t i = 0; i < m->n; i++) {
         const tide_manifest_entry *e = &m->e[i];
         int rc;
-        if (e->kind == TIDE_WK_PLAIN) rc = write_plain(c, e);
+        if (e->kind == TIDE_WK_PLAIN) rc = write_tensor(c, e, NULL);
         else if (e->kind == TIDE_WK_SCALE) rc = 0; /* written with its weight */
-        else if (i + 1 < m->n && m->e[i + 1].kind == TIDE_WK_SCALE) rc = write_quant(c, e, &m->e[i + 1]);
+        else if (i + 1 < m->n && m->e[i + 1].kind == TIDE_WK_SCALE) rc = write_tensor(c, e, &m->e[i + 1]);
         else rc = tide_fail(c->st, TIDE_ERR_INTERNAL, "manifest: %s has no scale after it", e->name);
         if (rc) return -1;
     }
@@ -238,6 +271,7 @@ static int write_tensors(const tide_manifest *m, const tide_synth_opts *o, int n
         tide_fail(st, TIDE_ERR_NOMEM, "synth: out of memory");
         goto out;
     }
+    if (o->threads > 1 && tide_pool_create(o->threads, &c.pool, st)) goto out;
     assign_shards(m, nshards, shard);
     if (tide_stw_open(o->out_dir, nshards, &c.w, st)) goto out;
     if (tide_stw_meta(c.w, "tide_synthetic", o->shape ? o->shape : "custom", st) || declare_all(c.w, m, shard, st) ||
@@ -247,6 +281,7 @@ static int write_tensors(const tide_manifest *m, const tide_synth_opts *o, int n
     }
     rc = tide_stw_finish(c.w, st);
 out:
+    tide_pool_destroy(c.pool);
     free(shard);
     free(c.b.f);
     free(c.b.q);
@@ -261,7 +296,7 @@ static int match_tokenizer(tide_config *cfg, const char *tok, tide_status *st) {
     if (!tok || cfg->text.n_engram_layer_ids == 0) return 0;
     tide_engram_token_map map;
     if (tide_engram_token_map_from_tokenizer_json(tok, &map, st))
-        return tide_fail_ctx(st, "synth: engram token map of %s", tok);
+        return tide_fail_ctx(st, "engram token map of the tokenizer");
     cfg->text.engram_compressed_vocab_size = map.n_compressed;
     tide_engram_token_map_free(&map);
     return 0;
@@ -299,8 +334,13 @@ int tide_synth_write(const tide_config *cfg_in, const tide_synth_opts *o, tide_s
         rc = 0;
         goto out;
     }
+    struct stat sb;
     if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST) {
         tide_fail(st, TIDE_ERR_IO, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
+        goto out;
+    }
+    if (stat(o->out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        tide_fail(st, TIDE_ERR_IO, "%s: exists and is not a directory", o->out_dir);
         goto out;
     }
     if (write_tensors(&m, o, rep->nshards, st)) goto out;

@@ -30,6 +30,8 @@ typedef struct tide_synth_opts {
                             * of this tokenizer's compressed (engram) vocabulary */
     int dry_run;           /* compute the manifest and sizes, write nothing */
     int progress;          /* report progress on stderr (tide_progress) */
+    int threads;           /* threads that generate and quantise (<= 1: the caller only);
+                            * the bytes do not depend on it */
 } tide_synth_opts;
 
 typedef struct tide_synth_report {

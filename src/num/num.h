@@ -66,7 +66,9 @@ void tide_round_bf16_row(float *x, size_t n);
 void tide_f32_to_bf16_row(const float *x, uint16_t *h, size_t n);
 void tide_bf16_to_f32_row(const uint16_t *h, float *x, size_t n);
 /* Inverses of the activation quantisers above (same layouts):
- * dequant(quant(x)) equals sim(x) bit for bit. */
+ * dequant(quant(x)) equals sim(x) bit for bit, except that a NaN input keeps
+ * its payload through sim but dequantises to the default NaN (checked by
+ * fuzz/fuzz_num.c). */
 void tide_dequant_fp8_act(const uint8_t *q, const uint8_t *scale, size_t n, size_t block, float *dst);
 void tide_dequant_fp4_e8m0(const uint8_t *packed, const uint8_t *scale, size_t n, size_t block, float *dst);
 void tide_dequant_fp4_e4m3(const uint8_t *packed, const uint8_t *scale, size_t n, size_t block, float *dst);

@@ -42,11 +42,12 @@ void tide_detok_free(tide_detok *d) {
 void tide_detok_reset(tide_detok *d) { d->pend.n = 0; }
 
 /* Start of the longest pending suffix that is a proper prefix of an added
- * token (or len if none). Only the last (longest content) bytes can matter. */
+ * token (or len if none). Only the last max_added_len bytes can matter. */
 static size_t added_prefix_start(const tide_detok *d, size_t len) {
     const tok_trie *t = &d->tok->trie_all;
     const char *p = d->pend.p;
-    for (size_t j = len > 64 ? len - 64 : 0; j < len; j++) {
+    size_t span = d->tok->max_added_len;
+    for (size_t j = len > span ? len - span : 0; j < len; j++) {
         uint8_t c = (uint8_t)p[j];
         if (!(t->first[c >> 3] & (1u << (c & 7)))) continue;
         if (tok_trie_is_prefix(t, p + j, len - j)) return j;

@@ -85,29 +85,6 @@ void tide_pyjson_float(tide_sb *out, double d) {
     tide_sb_addf(out, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
 }
 
-int tide_json_depth(const json_t *v, int limit) {
-    if (limit <= 0) return 1;
-    int best = 0;
-    if (json_is_object(v)) {
-        const char *k;
-        json_t *x;
-        json_object_foreach((json_t *)v, k, x) {
-            int d = tide_json_depth(x, limit - 1);
-            if (d > best) best = d;
-            if (best >= limit) break;
-        }
-    } else if (json_is_array(v)) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x) {
-            int d = tide_json_depth(x, limit - 1);
-            if (d > best) best = d;
-            if (best >= limit) break;
-        }
-    }
-    return best + 1;
-}
-
 static void dump(tide_sb *out, const json_t *v) {
     switch (json_typeof(v)) {
     case JSON_OBJECT: {

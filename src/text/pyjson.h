@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "base/json.h" /* tide_json_depth */
 #include "base/status.h"
 #include "text/sbuf.h"
 
@@ -23,7 +24,5 @@ void tide_pyjson_escape(tide_sb *out, const char *s, size_t n);
 void tide_pyjson_string(tide_sb *out, const char *s, size_t n);
 /* Python's repr() of a finite double. */
 void tide_pyjson_float(tide_sb *out, double d);
-/* Depth of a JSON value (a scalar is 1). Stops counting past `limit`. */
-int tide_json_depth(const json_t *v, int limit);
 
 #endif

@@ -80,8 +80,9 @@ enum {
 int tide_tokenizer_encode(const tide_tokenizer *tok, const char *text, size_t len, unsigned flags,
                           tide_tok_cache *cache, tide_tok_ids *out, tide_status *st);
 
-/* Per-word BPE cache: a bounded map from pre-token to ids. Reusing one across
- * calls of one thread makes English text several times faster. */
+/* Per-word BPE cache (a bounded map from pre-token to ids, about 4 MB) plus
+ * the scratch buffers of encoding. Reusing one across the calls of one thread
+ * makes English text several times faster. NULL on out-of-memory. */
 tide_tok_cache *tide_tok_cache_new(void);
 void tide_tok_cache_free(tide_tok_cache *cache);
 

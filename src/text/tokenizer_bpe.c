@@ -10,88 +10,84 @@
  *   - long words: HF's linked list + binary heap of (rank, position); stale
  *     heap entries are recognised because the pair no longer yields the same
  *     merged id. O(n log n), so a 1 MB run of letters is no problem.
- * Results for words up to TOK_CACHE_MAX_WORD bytes are kept in the caller's
- * tide_tok_cache, which is cleared whenever it fills. */
+ * Results for short words are kept in the caller's tide_tok_cache, which is
+ * cleared whenever it is half full. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "text/tokenizer_internal.h"
 
-#define TOK_SCAN_MAX 48           /* longer words use the heap loop */
-#define TOK_CACHE_MAX_WORD 256    /* longer words are not cached */
-#define TOK_CACHE_SLOTS (1u << 17)
-#define TOK_CACHE_MAX_ENTRIES (1u << 16)
+#define TOK_SCAN_MAX 48          /* longer words use the heap loop */
+#define TOK_CACHE_SLOTS (1u << 17) /* 4 MB of 32-byte slots */
+#define TOK_CACHE_MAX (1u << 16)   /* cleared when half full */
 
-/* ---- the word cache ---- */
+/* ---- the word cache ----
+ * Open addressing over 32-byte slots keyed by the word's bytes (at most
+ * TOK_CACHE_KEY of them, zero-padded) for words of at most TOK_CACHE_IDS
+ * tokens: nearly every English word. Others are just recomputed. */
 
 tide_tok_cache *tide_tok_cache_new(void) {
     tide_tok_cache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->slot = calloc(TOK_CACHE_SLOTS, sizeof *c->slot);
-    c->e = malloc(TOK_CACHE_MAX_ENTRIES * sizeof *c->e);
-    if (!c->slot || !c->e) {
-        tide_tok_cache_free(c);
+    /* 2 MB aligned and, where the kernel allows, backed by huge pages: the
+     * lookups are random, and with 4 KB pages each one would also miss the TLB. */
+    size_t bytes = TOK_CACHE_SLOTS * sizeof *c->slot;
+    void *p = NULL;
+    if (posix_memalign(&p, 1 << 21, bytes) != 0) {
+        free(c);
         return NULL;
     }
+    madvise(p, bytes, MADV_HUGEPAGE);
+    memset(p, 0, bytes);
+    c->slot = p;
     return c;
 }
 
 void tide_tok_cache_free(tide_tok_cache *c) {
     if (!c) return;
     free(c->slot);
-    free(c->e);
-    free(c->keys);
-    free(c->ids);
     tok_encode_scratch_free(&c->scratch);
     free(c);
 }
 
-static void cache_clear(tide_tok_cache *c) {
-    memset(c->slot, 0, TOK_CACHE_SLOTS * sizeof *c->slot);
-    c->n = 0;
-    c->keys_n = c->ids_n = 0;
+static uint16_t cache_tag(uint64_t h) {
+    uint16_t t = (uint16_t)(h >> 48);
+    return t ? t : 1;
 }
 
-/* Slots hold (hash tag << 32 | entry index + 1), so most probes that miss
- * are rejected without touching the entry or its key. */
-static const tok_cache_entry *cache_get(const tide_tok_cache *c, uint64_t h, const char *w, size_t n) {
-    uint32_t i = (uint32_t)h & (TOK_CACHE_SLOTS - 1), tag = (uint32_t)(h >> 32);
-    for (;; i = (i + 1) & (TOK_CACHE_SLOTS - 1)) {
-        uint64_t s = c->slot[i];
-        if (!s) return NULL;
-        if ((uint32_t)(s >> 32) != tag) continue;
-        const tok_cache_entry *e = &c->e[(uint32_t)s - 1];
-        if (e->key_len == n && memcmp(c->keys + e->key_off, w, n) == 0) return e;
-    }
+static bool key_equal(const tok_cache_slot *s, const char *padded, size_t n) {
+    uint64_t a[2], b[2];
+    memcpy(a, s->key, sizeof a);
+    memcpy(b, padded, sizeof b);
+    return s->key_len == n && a[0] == b[0] && a[1] == b[1];
 }
 
-/* Best effort: a cache that cannot grow just does not remember the word. */
-static void cache_put(tide_tok_cache *c, uint64_t h, const char *w, size_t n, const int32_t *ids, size_t k) {
-    if (c->n == TOK_CACHE_MAX_ENTRIES) cache_clear(c);
-    if (c->keys_n + n > c->keys_cap) {
-        size_t cap = c->keys_cap ? c->keys_cap * 2 : 1 << 16;
-        while (cap < c->keys_n + n) cap *= 2;
-        char *p = realloc(c->keys, cap);
-        if (!p) return;
-        c->keys = p;
-        c->keys_cap = cap;
-    }
-    if (c->ids_n + k > c->ids_cap) {
-        size_t cap = c->ids_cap ? c->ids_cap * 2 : 1 << 14;
-        while (cap < c->ids_n + k) cap *= 2;
-        int32_t *p = realloc(c->ids, cap * sizeof *p);
-        if (!p) return;
-        c->ids = p;
-        c->ids_cap = cap;
-    }
-    memcpy(c->keys + c->keys_n, w, n);
-    memcpy(c->ids + c->ids_n, ids, k * sizeof *ids);
-    c->e[c->n] = (tok_cache_entry){(uint32_t)c->keys_n, (uint32_t)n, (uint32_t)c->ids_n, (uint32_t)k};
-    c->keys_n += n;
-    c->ids_n += k;
+static const tok_cache_slot *cache_get(const tide_tok_cache *c, uint64_t h, const char *padded, size_t n) {
     uint32_t i = (uint32_t)h & (TOK_CACHE_SLOTS - 1);
-    while (c->slot[i]) i = (i + 1) & (TOK_CACHE_SLOTS - 1);
-    c->slot[i] = ((h >> 32) << 32) | ++c->n;
+    uint16_t tag = cache_tag(h);
+    for (;; i = (i + 1) & (TOK_CACHE_SLOTS - 1)) {
+        const tok_cache_slot *s = &c->slot[i];
+        if (!s->tag) return NULL;
+        if (s->tag == tag && key_equal(s, padded, n)) return s;
+    }
+}
+
+static void cache_put(tide_tok_cache *c, uint64_t h, const char *padded, size_t n, const int32_t *ids, size_t k) {
+    if (k > TOK_CACHE_IDS) return;
+    if (c->n == TOK_CACHE_MAX) {
+        memset(c->slot, 0, TOK_CACHE_SLOTS * sizeof *c->slot);
+        c->n = 0;
+    }
+    uint32_t i = (uint32_t)h & (TOK_CACHE_SLOTS - 1);
+    while (c->slot[i].tag) i = (i + 1) & (TOK_CACHE_SLOTS - 1);
+    tok_cache_slot *s = &c->slot[i];
+    s->tag = cache_tag(h);
+    s->key_len = (uint8_t)n;
+    s->n_ids = (uint8_t)k;
+    memcpy(s->key, padded, TOK_CACHE_KEY);
+    memcpy(s->ids, ids, k * sizeof *ids);
+    c->n++;
 }
 
 /* ---- initial symbols ---- */
@@ -272,20 +268,27 @@ int tok_bpe_word(const tide_tokenizer *tok, tok_bpe_scratch *sc, tide_tok_cache 
                  tide_tok_ids *out, tide_status *st) {
     if (n == 0) return 0;
     uint64_t h = 0;
-    bool cacheable = cache && n <= TOK_CACHE_MAX_WORD;
+    char padded[TOK_CACHE_KEY] = {0};
+    bool cacheable = cache && n <= TOK_CACHE_KEY;
     if (cacheable) {
-        h = tok_hash_bytes(w, n);
-        const tok_cache_entry *e = cache_get(cache, h, w, n);
-        if (e) {
-            for (uint32_t i = 0; i < e->ids_len; i++)
-                if (tide_tok_ids_push(out, cache->ids[e->ids_off + i], st) != 0) return -1;
+        memcpy(padded, w, n);
+        h = tok_hash_bytes(padded, TOK_CACHE_KEY);
+        const tok_cache_slot *s = cache_get(cache, h, padded, n);
+        if (s) {
+            if (out->n + s->n_ids > out->cap) {
+                for (uint8_t i = 0; i < s->n_ids; i++)
+                    if (tide_tok_ids_push(out, s->ids[i], st) != 0) return -1;
+                return 0;
+            }
+            memcpy(out->ids + out->n, s->ids, s->n_ids * sizeof *s->ids);
+            out->n += s->n_ids;
             return 0;
         }
     }
     if (tok->ignore_merges) {
         int32_t id = tok_strmap_get(&tok->vocab, tok, w, n);
         if (id >= 0) {
-            if (cacheable) cache_put(cache, h, w, n, &id, 1);
+            if (cacheable) cache_put(cache, h, padded, n, &id, 1);
             return tide_tok_ids_push(out, id, st);
         }
     }
@@ -297,7 +300,7 @@ int tok_bpe_word(const tide_tokenizer *tok, tok_bpe_scratch *sc, tide_tok_cache 
     size_t first = out->n;
     for (int64_t i = 0; i < k; i++)
         if (tide_tok_ids_push(out, sc->syms[i].id, st) != 0) return -1;
-    if (cacheable) cache_put(cache, h, w, n, out->ids + first, (size_t)k);
+    if (cacheable) cache_put(cache, h, padded, n, out->ids + first, (size_t)k);
     return 0;
 }
 

@@ -30,17 +30,21 @@ static int encode_plain(const tide_tokenizer *tok, encode_scratch *sc, const cha
 
 static int encode_segment(const tide_tokenizer *tok, encode_scratch *sc, const char *s, size_t n, unsigned flags,
                           tide_tok_cache *cache, tide_tok_ids *out, tide_status *st) {
-    if (tok_normalize(tok, s, n, &sc->normbuf, st) != 0) return -1;
+    const char *t = s; /* the normalized text: s itself when there is no normalizer */
+    size_t tn = n;
+    if (tok->n_norm) {
+        if (tok_normalize(tok, s, n, &sc->normbuf, st) != 0) return -1;
+        t = sc->normbuf.p;
+        tn = sc->normbuf.n;
+    }
     sc->norm.spans.n = 0;
-    if (sc->normbuf.n == 0) return 0;
-    if (!tok->trie_norm.n_nodes || tok->trie_norm.n_nodes == 1)
-        return encode_plain(tok, sc, sc->normbuf.p, sc->normbuf.n, cache, out, st);
-    if (tok_split_added(tok, &tok->trie_norm, sc->normbuf.p, sc->normbuf.n, flags, &sc->norm, st) != 0) return -1;
+    if (tn == 0) return 0;
+    if (!tok->trie_norm.n_nodes || tok->trie_norm.n_nodes == 1) return encode_plain(tok, sc, t, tn, cache, out, st);
+    if (tok_split_added(tok, &tok->trie_norm, t, tn, flags, &sc->norm, st) != 0) return -1;
     for (size_t i = 0; i < sc->norm.spans.n; i++) {
         tok_span sp = sc->norm.spans.v[i];
         int32_t a = sc->norm.added[i];
-        int rc = a >= 0 ? tide_tok_ids_push(out, tok->added[a].id, st)
-                        : encode_plain(tok, sc, sc->normbuf.p + sp.off, sp.len, cache, out, st);
+        int rc = a >= 0 ? tide_tok_ids_push(out, tok->added[a].id, st) : encode_plain(tok, sc, t + sp.off, sp.len, cache, out, st);
         if (rc != 0) return -1;
     }
     return 0;

@@ -263,6 +263,16 @@ bool tok_fast_search(const tide_tokenizer *tok, tok_fast_kind kind, const char *
                      size_t *ms, size_t *me) {
     scan sc = {tok, (const uint8_t *)s, n};
     for (size_t i = from; i < n;) {
+        /* Skip bytes that cannot start a match without decoding them: ASCII
+         * non-digits for \p{N}; anything but the lead bytes E3..E9 of the
+         * CJK and kana blocks (continuation bytes are 80..BF, never these). */
+        if (kind == TOK_FAST_DIGITS3) {
+            while (i < n && sc.s[i] < 0x80 && (sc.s[i] < '0' || sc.s[i] > '9')) i++;
+            if (i == n) break;
+        } else if (kind == TOK_FAST_CJK) {
+            while (i < n && (sc.s[i] < 0xE3 || sc.s[i] > 0xE9)) i++;
+            if (i == n) break;
+        }
         size_t e = match_at(&sc, kind, i);
         if (e != NO_MATCH) {
             *ms = i;

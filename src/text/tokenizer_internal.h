@@ -164,6 +164,7 @@ struct tide_tokenizer {
 
     tok_added *added;
     size_t n_added;
+    size_t max_added_len;     /* longest added-token content, in bytes */
     tok_trie trie_raw;        /* added tokens with normalized = false */
     tok_trie trie_norm;       /* normalized = true, matched on normalized text */
     tok_trie trie_all;        /* every added token by its content (for detok hold-back) */
@@ -284,19 +285,21 @@ void tok_encode_scratch_free(tok_encode_scratch *sc);
 int tok_encode_debug(const tide_tokenizer *tok, const char *text, size_t len, bool force_heap, bool no_fast,
                      tide_tok_ids *out, tide_status *st);
 
-/* tokenizer_bpe.c: the per-word cache (see there) plus the scratch above. */
+/* tokenizer_bpe.c: the per-word cache (see there) plus the scratch above.
+ * One 32-byte slot per word holds key and ids, so a lookup touches one
+ * cache line (two slots per line). */
+#define TOK_CACHE_KEY 16
+#define TOK_CACHE_IDS 3
 typedef struct {
-    uint32_t key_off, key_len, ids_off, ids_len;
-} tok_cache_entry;
+    uint16_t tag; /* high hash bits; 0 = empty slot */
+    uint8_t key_len, n_ids;
+    char key[TOK_CACHE_KEY]; /* zero-padded */
+    int32_t ids[TOK_CACHE_IDS];
+} tok_cache_slot;
 
 struct tide_tok_cache {
-    uint64_t *slot; /* hash tag << 32 | (entry index + 1); 0 when empty */
-    tok_cache_entry *e;
+    tok_cache_slot *slot;
     uint32_t n;
-    char *keys;
-    size_t keys_n, keys_cap;
-    int32_t *ids;
-    size_t ids_n, ids_cap;
     tok_encode_scratch scratch;
 };
 

@@ -77,7 +77,7 @@ static int load_vocab(loader *L, json_t *vocab, tide_status *st) {
         if (tok->flags[id] & TOK_F_VOCAB)
             return tide_fail(st, TIDE_ERR_FORMAT, "model.vocab: id %u is used by two tokens (\"%.60s\" and \"%.60s\")",
                              id, L->arena.p + tok->voc_off[id], key);
-        uint32_t off;
+        uint32_t off = 0;
         if (arena_add(L, key, klen, &off, st) != 0) return -1;
         tok->voc_off[id] = tok->str_off[id] = off;
         tok->voc_len[id] = tok->str_len[id] = (uint32_t)klen;
@@ -191,6 +191,7 @@ static int load_added(loader *L, json_t *added, tide_status *st) {
         t->single_word = jflag(a, "single_word", false);
         if (arena_add(L, json_string_value(c), json_string_length(c), &t->content_off, st) != 0) return -1;
         t->content_len = (uint32_t)json_string_length(c);
+        if (t->content_len > tok->max_added_len) tok->max_added_len = t->content_len;
         t->match_off = t->content_off;
         t->match_len = t->content_len;
         tok->str_off[t->id] = t->content_off;

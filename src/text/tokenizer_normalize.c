@@ -205,9 +205,17 @@ static int strip(const tok_norm *nm, const char *s, size_t n, tok_buf *out, tide
     return tok_buf_append(out, s + a, b - a, st);
 }
 
+static bool all_ascii(const char *s, size_t n) {
+    uint8_t any = 0;
+    for (size_t i = 0; i < n; i++) any |= (uint8_t)s[i];
+    return any < 0x80;
+}
+
 static int apply(const tok_norm *nm, const char *s, size_t n, tok_buf *out, tide_status *st) {
     switch (nm->type) {
     case TOK_NORM_NFC: case TOK_NORM_NFD: case TOK_NORM_NFKC: case TOK_NORM_NFKD:
+        /* ASCII is invariant under all four forms: skip utf8proc's allocation. */
+        if (all_ascii(s, n)) return tok_buf_append(out, s, n, st);
         return n ? unicode_form(nm->type, s, n, out, st) : 0;
     case TOK_NORM_LOWERCASE: return lowercase(s, n, out, st);
     case TOK_NORM_REPLACE: return replace(nm, s, n, out, st);
@@ -223,6 +231,7 @@ int tok_normalize(const tide_tokenizer *tok, const char *s, size_t n, tok_buf *o
     out->n = 0;
     if (n == 0) return 0; /* every normalizer maps "" to "" (Prepend skips empty text) */
     if (tok->n_norm == 0) return tok_buf_append(out, s, n, st);
+    if (tok->n_norm == 1) return apply(&tok->norm[0], s, n, out, st);
     tok_buf tmp = {0};
     int rc = tok_buf_append(&tmp, s, n, st);
     for (size_t i = 0; rc == 0 && i < tok->n_norm; i++) {

@@ -22,10 +22,19 @@ typedef struct {
     float *y;
     int round_out;
     float *scratch; /* per thread: TILE * in floats */
+    uint16_t *s16;  /* per thread: in bf16 codes */
     float lut8[256];
+    float lut4[16];
 } lin_job;
 
-static void decode_rows(const lin_job *j, int64_t o0, int64_t n, float *dst) {
+static inline float bf16_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void decode_rows(const lin_job *j, int64_t o0, int64_t n, float *dst, uint16_t *h16) {
     const tide_weight *w = j->w;
     int64_t in = w->in;
     for (int64_t r = 0; r < n; r++) {
@@ -36,28 +45,32 @@ static void decode_rows(const lin_job *j, int64_t o0, int64_t n, float *dst) {
             memcpy(d, (const float *)w->data + o * in, (size_t)in * sizeof(float));
             break;
         case TIDE_W_BF16: {
+            /* copy the row's codes (the mapping need not be aligned), then
+             * widen: bf16 is the top half of an f32 */
             const uint8_t *s = (const uint8_t *)w->data + o * in * 2;
-            for (int64_t i = 0; i < in; i++) {
-                uint16_t h;
-                memcpy(&h, s + 2 * i, 2);
-                d[i] = tide_bf16_to_f32(h);
-            }
+            memcpy(h16, s, (size_t)in * 2);
+            for (int64_t i = 0; i < in; i++) d[i] = bf16_f32(h16[i]);
             break;
         }
         case TIDE_W_FP8: {
             const uint8_t *c = (const uint8_t *)w->data + o * in;
             int64_t nb = (in + 31) / 32;
             const uint8_t *sc = w->scale + (o / 32) * nb;
-            for (int64_t i = 0; i < in; i++) d[i] = j->lut8[c[i]] * tide_e8m0_to_f32(sc[i / 32]);
+            for (int64_t b = 0; b < in; b += 32) {
+                float s = tide_e8m0_to_f32(sc[b / 32]);
+                for (int64_t i = b; i < b + 32 && i < in; i++) d[i] = j->lut8[c[i]] * s;
+            }
             break;
         }
         case TIDE_W_FP4: {
             const uint8_t *c = (const uint8_t *)w->data + o * (in / 2);
             const uint8_t *sc = w->scale + o * (in / 32);
-            for (int64_t i = 0; i < in; i += 2) {
-                float s = tide_e8m0_to_f32(sc[i / 32]);
-                d[i] = tide_e2m1_to_f32(c[i / 2] & 15) * s;
-                d[i + 1] = tide_e2m1_to_f32(c[i / 2] >> 4) * s;
+            for (int64_t b = 0; b < in; b += 32) {
+                float s = tide_e8m0_to_f32(sc[b / 32]);
+                for (int64_t i = b; i < b + 32; i += 2) {
+                    d[i] = j->lut4[c[i / 2] & 15] * s;
+                    d[i + 1] = j->lut4[c[i / 2] >> 4] * s;
+                }
             }
             break;
         }
@@ -71,7 +84,7 @@ static void lin_task(void *arg, int64_t task, int thread) {
     int64_t in = w->in, o0 = task * TILE;
     int64_t n = w->out - o0 < TILE ? w->out - o0 : TILE;
     float *wt = j->scratch + (int64_t)thread * TILE * in;
-    decode_rows(j, o0, n, wt);
+    decode_rows(j, o0, n, wt, j->s16 + (int64_t)thread * in);
     int blocked = w->type == TIDE_W_FP8 || w->type == TIDE_W_FP4;
     for (int64_t r = 0; r < j->rows; r++) {
         const float *xr = j->x + r * in;
@@ -114,10 +127,14 @@ void tide_cpu_linear(tide_pool *pool, const tide_weight *w, const float *x, int6
     }
     if (w->type == TIDE_W_FP8)
         for (int c = 0; c < 256; c++) j.lut8[c] = tide_e4m3_to_f32((uint8_t)c);
+    if (w->type == TIDE_W_FP4)
+        for (int c = 0; c < 16; c++) j.lut4[c] = tide_e2m1_to_f32((uint8_t)c);
     int nt = tide_pool_size(pool);
     j.scratch = malloc((size_t)nt * TILE * (size_t)w->in * sizeof(float));
-    if (!j.scratch) abort();
+    j.s16 = malloc((size_t)nt * (size_t)w->in * sizeof(uint16_t));
+    if (!j.scratch || !j.s16) abort();
     tide_pool_for(pool, (w->out + TILE - 1) / TILE, lin_task, &j);
     free(j.scratch);
+    free(j.s16);
     free(xq);
 }

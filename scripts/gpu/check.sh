@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Run on the GPU machine, in one device-tool call:
+#   build (scripts/gpu/build.sh), the GPU tests, compute-sanitizer (memcheck
+#   on every test, racecheck on the kernels that share memory, small shapes),
+#   the SASS check (tensor-core instructions present) and the benchmark.
+# Full logs go to $OUT (env.log, build.log, tests.log, sass.txt,
+# sanitizer.log, bench.log); a summary table is written LAST to $OUT/summary.md and printed,
+# so it ends the tool's output tail. Exit status: 0 when every step passed.
+#
+#   device run:  bash scripts/gpu/check.sh      (carry: [".gpu-debs"])
+#
+# TIDE_TEST_SEED fixes the tests' random inputs (default: a fresh seed,
+# printed in the summary).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/tide-gpu-out}
+mkdir -p "$OUT"
+B=${TIDE_GPU_BUILD:-/tmp/tide-gpu-build}
+export TIDE_TEST_SEED=${TIDE_TEST_SEED:-$(( ($(date +%s) << 16) ^ $$ ))}
+steps=()
+overall=0
+t_start=$(date +%s)
+
+step() { # name status seconds note
+  steps+=("| $1 | $2 | $3 s | $4 |")
+  [ "$2" = PASS ] || [ "$2" = SKIP ] || overall=1
+  echo "=== $1: $2 ($3 s) $4"
+}
+timed() { # log cmd... ; sets rc and secs
+  local log=$1; shift
+  local t0; t0=$(date +%s)
+  "$@" >>"$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - t0 ))
+}
+
+# 0. What the machine has.
+{
+  date -u
+  uname -a
+  grep PRETTY_NAME /etc/os-release
+  echo "cores: $(nproc)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  for t in nvcc cmake ninja gcc g++ make pkg-config pkgconf dpkg ar compute-sanitizer cuobjdump python3; do
+    printf '%-18s %s\n' "$t" "$(command -v $t || echo MISSING)"
+  done
+  nvcc --version | tail -2
+  cmake --version | head -1
+  gcc --version | head -1
+  ls -d /usr/local/cuda*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null
+} >"$OUT/env.log" 2>&1
+export PATH=$PATH:/usr/local/cuda/bin
+
+# 1. Build.
+timed "$OUT/build.log" bash scripts/gpu/build.sh "$B"
+relaxed=$(grep -c "WARNINGS-AS-ERRORS RELAXED" "$OUT/build.log")
+if [ $rc -eq 0 ]; then
+  step build PASS "$secs" "$( [ "$relaxed" -gt 0 ] && echo 'only with -Wno-error, see build.log' || echo 'strict (-Werror)')"
+else
+  step build FAIL "$secs" "see build.log"
+fi
+export LD_LIBRARY_PATH=${TIDE_PREFIX:-/tmp/tide-prefix}/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+tests=()
+for t in "$B"/gpu_test_*; do [ -x "$t" ] && tests+=("$t"); done
+
+# 2. Tests (full shapes).
+for t in "${tests[@]}"; do
+  n=$(basename "$t")
+  timed "$OUT/tests.log" timeout 180 "$t"
+  case $rc in
+    0) step "$n" PASS "$secs" "" ;;
+    77) step "$n" SKIP "$secs" "no GPU" ;;
+    *) step "$n" FAIL "$secs" "exit $rc, see tests.log" ;;
+  esac
+done
+
+# 3. SASS: which tensor-core instructions the kernels use (QMMA/QGMMA: fp8
+#    native; HMMA: f16, which is how Hopper runs an fp8 mma.sync).
+if [ -x "$B/gpu_test_gemm" ] && command -v cuobjdump >/dev/null 2>&1; then
+  cuobjdump --dump-sass "$B/gpu_test_gemm" >"$OUT/sass.txt" 2>&1
+  q=$(grep -c "QMMA" "$OUT/sass.txt"); h=$(grep -c "HMMA" "$OUT/sass.txt")
+  ldl=$(grep -cE "\bLDL\b|\bSTL\b" "$OUT/sass.txt")
+  qg=$(grep -c "QGMMA" "$OUT/sass.txt")
+  step sass "$([ $((q + h + qg)) -gt 0 ] && echo PASS || echo FAIL)" 0 "QGMMA $qg, QMMA $q, HMMA $h lines; LDL/STL $ldl lines"
+  grep -E "Function : |QMMA|HMMA" "$OUT/sass.txt" | awk '/Function/{f=$0} /MMA/{c[f]++} END{for(k in c) print k, c[k]}' >"$OUT/sass.txt.tmp"
+  mv "$OUT/sass.txt.tmp" "$OUT/sass.txt"
+else
+  step sass SKIP 0 "no cuobjdump or no library"
+fi
+
+# 4. compute-sanitizer on small shapes.
+cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ -n "$cs" ]; then
+  for t in "${tests[@]}"; do
+    n=$(basename "$t")
+    echo "### memcheck $n" >>"$OUT/sanitizer.log"
+    TIDE_GPU_SMALL=1 timed "$OUT/sanitizer.log" timeout 60 "$cs" --tool memcheck --error-exitcode 99 "$t"
+    step "memcheck $n" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$secs" "$([ $rc -eq 0 ] || echo "exit $rc")"
+  done
+  for t in "$B/gpu_test_gemm" "$B/gpu_test_rmsnorm"; do
+    [ -x "$t" ] || continue
+    n=$(basename "$t")
+    echo "### racecheck $n" >>"$OUT/sanitizer.log"
+    TIDE_GPU_SMALL=1 timed "$OUT/sanitizer.log" timeout 90 "$cs" --tool racecheck --error-exitcode 99 "$t"
+    step "racecheck $n" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$secs" "$([ $rc -eq 0 ] || echo "exit $rc")"
+  done
+else
+  step compute-sanitizer SKIP 0 "not found"
+fi
+
+# 5. Benchmark.
+if [ -x "$B/gpu_bench_kernels" ]; then
+  timed "$OUT/bench.log" timeout 60 "$B/gpu_bench_kernels"
+  case $rc in
+    0) step bench PASS "$secs" "" ;;
+    77) step bench SKIP "$secs" "no GPU" ;;
+    *) step bench FAIL "$secs" "exit $rc, see bench.log" ;;
+  esac
+fi
+
+# 6. Summary, last.
+{
+  echo "# tide GPU check"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'device ' "$OUT/tests.log" 2>/dev/null | sed 's/^[^:]*: device //')"
+  echo "seed $TIDE_TEST_SEED, total $(( $(date +%s) - t_start )) s"
+  echo
+  echo "| step | status | time | note |"
+  echo "| --- | --- | --- | --- |"
+  printf '%s\n' "${steps[@]}"
+  echo
+  echo "| program | case | result | measured |"
+  echo "| --- | --- | --- | --- |"
+  grep -h '^RESULT|' "$OUT/tests.log" 2>/dev/null | sed -e 's/^RESULT|/| /' -e 's/$/ |/' -e 's/|/ | /g' -e 's/  */ /g' -e 's/^ //'
+  echo
+  echo "| kernel | shape | median | rate |"
+  echo "| --- | --- | --- | --- |"
+  grep -h '^BENCH|' "$OUT/bench.log" 2>/dev/null | sed -e 's/^BENCH|/| /' -e 's/$/ |/' -e 's/|/ | /g' -e 's/  */ /g' -e 's/^ //'
+  echo
+  echo "overall: $([ $overall -eq 0 ] && echo PASS || echo FAIL)"
+} >"$OUT/summary.md"
+cat "$OUT/summary.md"
+exit $overall

@@ -1,0 +1,98 @@
+/* The CUDA kernels' C ABI: plain C declarations, implemented in the .cu files
+ * of this folder (which include this header inside extern "C"). Host code in
+ * C calls these with DEVICE pointers; nothing here touches host arrays except
+ * the copy helpers.
+ *
+ * Conventions (shared with backend/ops.h, whose semantics the kernels follow
+ * and against whose CPU implementation tests/gpu checks them):
+ *   - every function returns 0 or -1 and fills *st on failure (st may be
+ *     NULL); argument errors are found before anything is launched;
+ *   - launches are asynchronous on `stream` (NULL: the legacy default
+ *     stream); a launch error is reported at once, an error during execution
+ *     by the next tide_cuda_sync;
+ *   - bf16 arrays are uint16_t bit patterns, fp8 arrays uint8_t e4m3 codes,
+ *     scales uint8_t e8m0 codes.
+ *
+ * Linked from libtide_cuda (built only where nvcc exists); the library is not
+ * part of libtide, so CPU-only builds never see these symbols. */
+#ifndef TIDE_BACKEND_CUDA_CUDA_KERNELS_H
+#define TIDE_BACKEND_CUDA_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+/* The same type as CUDA's cudaStream_t, without including CUDA headers. */
+typedef struct CUstream_st *tide_cuda_stream;
+
+/* ---- device and memory (cuda_rt.cu) ---- */
+
+/* Number of visible CUDA devices; 0 (and success) when there is no driver or
+ * no device, so callers can skip cleanly. */
+int tide_cuda_device_count(int *n, tide_status *st);
+/* One line describing device 0: name, compute capability, multiprocessors,
+ * memory. */
+int tide_cuda_describe(char *buf, size_t size, tide_status *st);
+int tide_cuda_malloc(void **p, size_t bytes, tide_status *st);
+void tide_cuda_free(void *p); /* NULL is fine */
+int tide_cuda_upload(void *dev, const void *host, size_t bytes, tide_status *st);
+int tide_cuda_download(void *host, const void *dev, size_t bytes, tide_status *st);
+int tide_cuda_memset(void *dev, int byte, size_t bytes, tide_status *st);
+/* Waits for all work on the device; reports any error raised while it ran. */
+int tide_cuda_sync(tide_status *st);
+
+/* ---- RMSNorm (rmsnorm.cu) ----
+ * y[r] = bf16(w * (x[r] * rsqrt(mean(x[r]^2) + eps))), f32 inside, the mean
+ * summed in numpy's pairwise order exactly as the CPU backend does: the
+ * result is bit-identical to tide_cpu_ops()->rmsnorm. x [rows][dim] f32,
+ * w [dim] f32, 1 <= dim <= TIDE_CUDA_RMSNORM_MAX_DIM.
+ * _f32 writes f32 values that are BF16-exact (y may alias x);
+ * _bf16 writes bf16 bit patterns. */
+#define TIDE_CUDA_RMSNORM_MAX_DIM 16384
+int tide_cuda_rmsnorm_f32(const float *x, int64_t rows, int64_t dim, const float *w, double eps,
+                          float *y, tide_cuda_stream stream, tide_status *st);
+int tide_cuda_rmsnorm_bf16(const float *x, int64_t rows, int64_t dim, const float *w, double eps,
+                           uint16_t *y, tide_cuda_stream stream, tide_status *st);
+
+/* ---- FP8 activation quantisation (quant_fp8_act.cu) ----
+ * Per row of x [rows][n] f32, blocks of 32 along the row (a trailing partial
+ * block on its own): q [rows][n] e4m3 codes and scale [rows][ceil(n/32)]
+ * ue8m0 codes, bit-identical to tide_quant_fp8_act(x_row, n, 32, ...). */
+int tide_cuda_quant_fp8_act(const float *x, int64_t rows, int64_t n, uint8_t *q, uint8_t *scale,
+                            tide_cuda_stream stream, tide_status *st);
+
+/* ---- FP8 block-scaled GEMM (gemm_fp8.cu; kernel in gemm_blockscaled.cuh) ----
+ * y[m][n] = bf16( sum over 32-blocks b of k, in order, of
+ *                 dot32(xq[m][b], w[n][b]) * s_x[m][b] * s_w[n/32][b] )
+ * xq [M][K] e4m3 with scales xs [M][K/32] (tide_cuda_quant_fp8_act's output),
+ * w [N][K] e4m3 with scales ws [ceil(N/32)][K/32] (the checkpoint's layout,
+ * TIDE_W_FP8 in ops.h), y [M][N] bf16. The semantics of the CPU linear() for
+ * FP8 weights; each 32-block's dot product comes from the tensor cores, so
+ * results agree with the CPU to within one bf16 rounding (tests/gpu states
+ * the bound). K must be a positive multiple of 32; M, N >= 1. */
+int tide_cuda_gemm_fp8(const uint8_t *xq, const uint8_t *xs, int64_t m, const uint8_t *w,
+                       const uint8_t *ws, int64_t n, int64_t k, uint16_t *y, tide_cuda_stream stream,
+                       tide_status *st);
+
+/* EXPERIMENTAL (gemm_fp8_wgmma.cu): the same function on Hopper's native
+ * fp8 warpgroup instruction (wgmma); same arguments and bound. The _probe
+ * form is for tests/gpu only: swap != 0 swaps the two core-matrix offsets
+ * of the shared-memory descriptors (a check of their meaning). */
+int tide_cuda_gemm_fp8_wgmma(const uint8_t *xq, const uint8_t *xs, int64_t m, const uint8_t *w,
+                             const uint8_t *ws, int64_t n, int64_t k, uint16_t *y,
+                             tide_cuda_stream stream, tide_status *st);
+int tide_cuda_gemm_fp8_wgmma_probe(const uint8_t *xq, const uint8_t *xs, int64_t m, const uint8_t *w,
+                                   const uint8_t *ws, int64_t n, int64_t k, uint16_t *y, int swap,
+                                   tide_cuda_stream stream, tide_status *st);
+
+/* ---- FP4 dequantising GEMM (gemm_fp4.cu) ----
+ * The same with e2m1 weights: w [N][K/2] packed (element 2i in the low
+ * nibble), ws [N][K/32] e8m0 (TIDE_W_FP4 in ops.h): the block dot products
+ * use w's e2m1 values and the scale s_w[n][b] of the output row. The
+ * semantics of the CPU linear() for FP4 weights, to the same bound. */
+int tide_cuda_gemm_fp4(const uint8_t *xq, const uint8_t *xs, int64_t m, const uint8_t *w,
+                       const uint8_t *ws, int64_t n, int64_t k, uint16_t *y, tide_cuda_stream stream,
+                       tide_status *st);
+
+#endif
