@@ -117,7 +117,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int64_t i = 0; i < n_output; i++) output[i] = (int32_t)(body[(size_t)(i + 3) % nb] * 13 % V);
     if (flags & 16 && n_output > 0) output[0] = (flags & 32) ? V : -1; /* must be refused */
     if (bias) {
-        for (int i = 0; i < 8; i++) lb[i] = (tide_logit_bias){(int32_t)(body[(size_t)i % nb] % V), (float)(int8_t)body[(size_t)(i + 1) % nb]};
+        for (int i = 0; i < 8; i++) /* biases past +-100 are refused by the check */
+            lb[i] = (tide_logit_bias){(int32_t)(body[(size_t)i % nb] % V), (float)(int8_t)body[(size_t)(i + 1) % nb]};
         p.logit_bias = lb;
         p.n_logit_bias = 8;
     }

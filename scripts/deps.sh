@@ -4,11 +4,16 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libjansson-dev libutf8proc-dev libonig-dev libcmocka-dev
-      python3 python3-numpy nodejs npm ca-certificates)
+      python3 python3-numpy ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm run the test oracles. A machine may already have them from
+# elsewhere (a newer Node with its own npm conflicts with Debian's npm
+# package), so ask for the commands, not the packages.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if ((${#missing[@]})); then
   echo "tide: installing ${missing[*]}" >&2
   sudo=; [ "$(id -u)" = 0 ] || sudo=sudo

@@ -67,6 +67,16 @@ int tide_out_emit(tide_api_out *o, const char *event, json_t *obj, tide_status *
     return rc;
 }
 
+int tide_out_event(tide_api_out *o, const char *type, json_t *obj, tide_status *st) {
+    if (obj) { /* "type" first, as OpenAI and Anthropic write it */
+        json_t *e = json_pack("{s:s}", "type", type);
+        if (e) json_object_update(e, obj);
+        json_decref(obj);
+        obj = e;
+    }
+    return tide_out_emit(o, type, obj, st);
+}
+
 const char *tide_out_call_args(const tide_api_out *o, size_t call, size_t *len) {
     const tide_parsed_call *c = tide_outparse_call(o->parser, call);
     *len = c ? c->args.len : 0;

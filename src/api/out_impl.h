@@ -52,6 +52,9 @@ struct tide_api_out {
 /* Sends one event: `obj` is consumed. Responses events get their
  * sequence_number here. */
 int tide_out_emit(tide_api_out *o, const char *event, json_t *obj, tide_status *st);
+/* As tide_out_emit, for the APIs whose events carry their own name as a
+ * leading "type" member (Responses, Messages). */
+int tide_out_event(tide_api_out *o, const char *type, json_t *obj, tide_status *st);
 /* The arguments of tool call `call` as parsed (JSON object text). */
 const char *tide_out_call_args(const tide_api_out *o, size_t call, size_t *len);
 const char *tide_out_call_name(const tide_api_out *o, size_t call);

@@ -8,17 +8,6 @@
 #include "api/jfield.h"
 #include "api/out_impl.h"
 
-static int event(tide_api_out *o, const char *type, json_t *obj, tide_status *st) {
-    if (obj) {
-        /* "type" first, as Anthropic writes it */
-        json_t *e = json_pack("{s:s}", "type", type);
-        if (e) json_object_update(e, obj);
-        json_decref(obj);
-        obj = e;
-    }
-    return tide_out_emit(o, type, obj, st);
-}
-
 static json_t *input_json(const tide_api_out *o, size_t call) {
     size_t n;
     const char *args = tide_out_call_args(o, call, &n);
@@ -62,39 +51,39 @@ static json_t *message_json(tide_api_out *o, int done) {
 }
 
 static int begin(tide_api_out *o, tide_status *st) {
-    return event(o, "message_start", json_pack("{s:o}", "message", message_json(o, 0)), st);
+    return tide_out_event(o, "message_start", json_pack("{s:o}", "message", message_json(o, 0)), st);
 }
 
 static int open_item(tide_api_out *o, size_t i, tide_status *st) {
-    return event(o, "content_block_start", json_pack("{s:I, s:o}", "index", (json_int_t)i, "content_block",
-                                                     block_json(o, i, 0)), st);
+    return tide_out_event(o, "content_block_start", json_pack("{s:I, s:o}", "index", (json_int_t)i, "content_block",
+                                                              block_json(o, i, 0)), st);
 }
 
 static int delta(tide_api_out *o, size_t i, const char *text, size_t len, tide_status *st) {
     static const char *const TYPE[] = {"thinking_delta", "text_delta", "input_json_delta"};
     static const char *const FIELD[] = {"thinking", "text", "partial_json"};
     item_kind k = o->items[i].kind;
-    return event(o, "content_block_delta", json_pack("{s:I, s:{s:s, s:o}}", "index", (json_int_t)i, "delta", "type",
-                                                     TYPE[k], FIELD[k], tide_jstr(text, len)), st);
+    return tide_out_event(o, "content_block_delta", json_pack("{s:I, s:{s:s, s:o}}", "index", (json_int_t)i, "delta", "type",
+                                                              TYPE[k], FIELD[k], tide_jstr(text, len)), st);
 }
 
 static int close_item(tide_api_out *o, size_t i, tide_status *st) {
-    return event(o, "content_block_stop", json_pack("{s:I}", "index", (json_int_t)i), st);
+    return tide_out_event(o, "content_block_stop", json_pack("{s:I}", "index", (json_int_t)i), st);
 }
 
 static int finish(tide_api_out *o, tide_status *st) {
     json_t *d = json_pack("{s:{s:s, s:o}, s:{s:I}}", "delta", "stop_reason", tide_api_out_finish_reason(o),
                           "stop_sequence", stop_sequence(o), "usage", "output_tokens",
                           (json_int_t)o->usage.completion_tokens);
-    if (event(o, "message_delta", d, st) != 0) return -1;
-    return event(o, "message_stop", json_object(), st);
+    if (tide_out_event(o, "message_delta", d, st) != 0) return -1;
+    return tide_out_event(o, "message_stop", json_object(), st);
 }
 
 static json_t *response(tide_api_out *o) { return message_json(o, 1); }
 
 static int fail(tide_api_out *o, const char *message, tide_status *st) {
-    return event(o, "error", json_pack("{s:{s:s, s:o}}", "error", "type", "api_error", "message",
-                                       tide_jstr(message, strlen(message))), st);
+    return tide_out_event(o, "error", json_pack("{s:{s:s, s:o}}", "error", "type", "api_error", "message",
+                                                tide_jstr(message, strlen(message))), st);
 }
 
 const out_api tide_out_messages = {begin, open_item, delta, close_item, finish, response, fail};

@@ -71,31 +71,21 @@ static json_t *response_json(tide_api_out *o, const char *status, int with_outpu
     return r;
 }
 
-static int event(tide_api_out *o, const char *type, json_t *obj, tide_status *st) {
-    if (obj) { /* "type" first, as OpenAI writes it */
-        json_t *e = json_pack("{s:s}", "type", type);
-        if (e) json_object_update(e, obj);
-        json_decref(obj);
-        obj = e;
-    }
-    return tide_out_emit(o, type, obj, st);
-}
-
 static int begin(tide_api_out *o, tide_status *st) {
-    if (event(o, "response.created", json_pack("{s:o}", "response", response_json(o, "in_progress", 0)), st)) return -1;
-    return event(o, "response.in_progress", json_pack("{s:o}", "response", response_json(o, "in_progress", 0)), st);
+    if (tide_out_event(o, "response.created", json_pack("{s:o}", "response", response_json(o, "in_progress", 0)), st)) return -1;
+    return tide_out_event(o, "response.in_progress", json_pack("{s:o}", "response", response_json(o, "in_progress", 0)), st);
 }
 
 static int open_item(tide_api_out *o, size_t i, tide_status *st) {
-    if (event(o, "response.output_item.added", json_pack("{s:I, s:o}", "output_index", (json_int_t)i, "item",
-                                                         item_json(o, i, 0)), st))
+    if (tide_out_event(o, "response.output_item.added", json_pack("{s:I, s:o}", "output_index", (json_int_t)i, "item",
+                                                                  item_json(o, i, 0)), st))
         return -1;
     if (o->items[i].kind != IT_TEXT) return 0;
     char id[128];
     item_id(o, i, id, sizeof id);
-    return event(o, "response.content_part.added",
-                 json_pack("{s:s, s:I, s:i, s:{s:s, s:s, s:[]}}", "item_id", id, "output_index", (json_int_t)i,
-                           "content_index", 0, "part", "type", "output_text", "text", "", "annotations"), st);
+    return tide_out_event(o, "response.content_part.added",
+                          json_pack("{s:s, s:I, s:i, s:{s:s, s:s, s:[]}}", "item_id", id, "output_index", (json_int_t)i,
+                                    "content_index", 0, "part", "type", "output_text", "text", "", "annotations"), st);
 }
 
 static int delta(tide_api_out *o, size_t i, const char *text, size_t len, tide_status *st) {
@@ -103,17 +93,17 @@ static int delta(tide_api_out *o, size_t i, const char *text, size_t len, tide_s
     item_id(o, i, id, sizeof id);
     switch (o->items[i].kind) {
     case IT_REASONING:
-        return event(o, "response.reasoning_text.delta",
-                     json_pack("{s:s, s:I, s:i, s:o}", "item_id", id, "output_index", (json_int_t)i, "content_index", 0,
-                               "delta", tide_jstr(text, len)), st);
+        return tide_out_event(o, "response.reasoning_text.delta",
+                              json_pack("{s:s, s:I, s:i, s:o}", "item_id", id, "output_index", (json_int_t)i, "content_index", 0,
+                                        "delta", tide_jstr(text, len)), st);
     case IT_TEXT:
-        return event(o, "response.output_text.delta",
-                     json_pack("{s:s, s:I, s:i, s:o, s:[]}", "item_id", id, "output_index", (json_int_t)i,
-                               "content_index", 0, "delta", tide_jstr(text, len), "logprobs"), st);
+        return tide_out_event(o, "response.output_text.delta",
+                              json_pack("{s:s, s:I, s:i, s:o, s:[]}", "item_id", id, "output_index", (json_int_t)i,
+                                        "content_index", 0, "delta", tide_jstr(text, len), "logprobs"), st);
     case IT_CALL:
-        return event(o, "response.function_call_arguments.delta",
-                     json_pack("{s:s, s:I, s:o}", "item_id", id, "output_index", (json_int_t)i, "delta",
-                               tide_jstr(text, len)), st);
+        return tide_out_event(o, "response.function_call_arguments.delta",
+                              json_pack("{s:s, s:I, s:o}", "item_id", id, "output_index", (json_int_t)i, "delta",
+                                        tide_jstr(text, len)), st);
     }
     return 0;
 }
@@ -124,34 +114,34 @@ static int close_item(tide_api_out *o, size_t i, tide_status *st) {
     item_id(o, i, id, sizeof id);
     int rc = 0;
     if (it->kind == IT_REASONING) {
-        rc = event(o, "response.reasoning_text.done",
-                   json_pack("{s:s, s:I, s:i, s:o}", "item_id", id, "output_index", (json_int_t)i, "content_index", 0,
-                             "text", text_json(it)), st);
+        rc = tide_out_event(o, "response.reasoning_text.done",
+                            json_pack("{s:s, s:I, s:i, s:o}", "item_id", id, "output_index", (json_int_t)i, "content_index", 0,
+                                      "text", text_json(it)), st);
     } else if (it->kind == IT_TEXT) {
-        rc = event(o, "response.output_text.done",
-                   json_pack("{s:s, s:I, s:i, s:o, s:[]}", "item_id", id, "output_index", (json_int_t)i,
-                             "content_index", 0, "text", text_json(it), "logprobs"), st);
+        rc = tide_out_event(o, "response.output_text.done",
+                            json_pack("{s:s, s:I, s:i, s:o, s:[]}", "item_id", id, "output_index", (json_int_t)i,
+                                      "content_index", 0, "text", text_json(it), "logprobs"), st);
         if (!rc)
-            rc = event(o, "response.content_part.done",
-                       json_pack("{s:s, s:I, s:i, s:{s:s, s:o, s:[]}}", "item_id", id, "output_index", (json_int_t)i,
-                                 "content_index", 0, "part", "type", "output_text", "text", text_json(it), "annotations"),
-                       st);
+            rc = tide_out_event(o, "response.content_part.done",
+                                json_pack("{s:s, s:I, s:i, s:{s:s, s:o, s:[]}}", "item_id", id, "output_index", (json_int_t)i,
+                                          "content_index", 0, "part", "type", "output_text", "text", text_json(it), "annotations"),
+                                st);
     } else {
         size_t n;
         const char *args = tide_out_call_args(o, it->call, &n);
-        rc = event(o, "response.function_call_arguments.done",
-                   json_pack("{s:s, s:I, s:s, s:o}", "item_id", id, "output_index", (json_int_t)i, "name",
-                             tide_out_call_name(o, it->call), "arguments", tide_jstr(args, n)), st);
+        rc = tide_out_event(o, "response.function_call_arguments.done",
+                            json_pack("{s:s, s:I, s:s, s:o}", "item_id", id, "output_index", (json_int_t)i, "name",
+                                      tide_out_call_name(o, it->call), "arguments", tide_jstr(args, n)), st);
     }
     if (rc) return -1;
-    return event(o, "response.output_item.done",
-                 json_pack("{s:I, s:o}", "output_index", (json_int_t)i, "item", item_json(o, i, 1)), st);
+    return tide_out_event(o, "response.output_item.done",
+                          json_pack("{s:I, s:o}", "output_index", (json_int_t)i, "item", item_json(o, i, 1)), st);
 }
 
 static int finish(tide_api_out *o, tide_status *st) {
     int incomplete = o->fin == FIN_LENGTH;
-    return event(o, incomplete ? "response.incomplete" : "response.completed",
-                 json_pack("{s:o}", "response", response_json(o, incomplete ? "incomplete" : "completed", 1)), st);
+    return tide_out_event(o, incomplete ? "response.incomplete" : "response.completed",
+                          json_pack("{s:o}", "response", response_json(o, incomplete ? "incomplete" : "completed", 1)), st);
 }
 
 static json_t *response(tide_api_out *o) {
@@ -162,7 +152,7 @@ static int fail(tide_api_out *o, const char *message, tide_status *st) {
     json_t *r = response_json(o, "failed", 1);
     if (r) json_object_set_new(r, "error", json_pack("{s:s, s:o}", "code", "server_error", "message",
                                                      tide_jstr(message, strlen(message))));
-    return event(o, "response.failed", json_pack("{s:o}", "response", r), st);
+    return tide_out_event(o, "response.failed", json_pack("{s:o}", "response", r), st);
 }
 
 const out_api tide_out_responses = {begin, open_item, delta, close_item, finish, response, fail};

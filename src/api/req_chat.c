@@ -11,17 +11,8 @@
 
 /* One content part: only text; images are refused as not supported yet. */
 static int read_part(json_t *part, const char *p, const char **text, tide_api_err *err) {
-    const char *type = NULL;
-    char q[160];
-    if (tide_get_string(part, "type", p, &type, err)) return -1;
-    if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
-    if (!strcmp(type, "image_url") || !strcmp(type, "image") || !strcmp(type, "input_image"))
-        return tide_api_unsupported(err, p, "images are not supported yet");
-    if (strcmp(type, "text") != 0)
-        return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "content part type \"%.40s\" is not supported", type);
-    if (tide_get_string(part, "text", p, text, err)) return -1;
-    if (!*text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
-    return 0;
+    static const char *const TEXT[] = {"text", NULL}, *const IMAGE[] = {"image_url", "image", "input_image", NULL};
+    return tide_openai_text_part(part, p, TEXT, IMAGE, text, err);
 }
 
 /* Content: a string, null (when allowed) or an array of text parts. */

@@ -27,6 +27,27 @@ int tide_read_text_parts(json_t *v, const char *path, tide_text_part_fn part, ti
     return 0;
 }
 
+static int listed(const char *s, const char *const *list) {
+    for (; *list; list++)
+        if (!strcmp(s, *list)) return 1;
+    return 0;
+}
+
+int tide_openai_text_part(json_t *part, const char *p, const char *const *text_types,
+                          const char *const *image_types, const char **text, tide_api_err *err) {
+    const char *type = NULL;
+    char q[160];
+    if (tide_get_string(part, "type", p, &type, err)) return -1;
+    if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
+    if (listed(type, image_types)) return tide_api_unsupported(err, p, "images are not supported yet");
+    if (!listed(type, text_types))
+        return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"),
+                                    "content part type \"%.40s\" is not supported", type);
+    if (tide_get_string(part, "text", p, text, err)) return -1;
+    if (!*text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
+    return 0;
+}
+
 int tide_api_conv_add(tide_api_req *req, tide_role r, const char *s, size_t n, const char *path, tide_api_err *err) {
     if (tide_conv_add(&req->conv, r, s, n, &err->st)) return tide_api_bad(err, path, "%s", err->st.msg);
     return 0;

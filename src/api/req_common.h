@@ -15,6 +15,12 @@
  * API has its own part types and order of checks. */
 typedef int (*tide_text_part_fn)(json_t *part, const char *path, const char **text, tide_api_err *err);
 
+/* The OpenAI APIs' part check: "type" required, an image type refused as
+ * not supported yet, any other type not in text_types refused as not
+ * supported, then "text" required. Both lists end with NULL. */
+int tide_openai_text_part(json_t *part, const char *path, const char *const *text_types,
+                          const char *const *image_types, const char **text, tide_api_err *err);
+
 /* Text of a content field: a string as is, or an array of parts (each
  * checked by `part`) joined with blank lines, the reference encoder's rule
  * for content blocks. Appends to out. */

@@ -30,7 +30,8 @@ static int read_text_blocks(json_t *v, const char *path, tide_sb *out, tide_api_
 }
 
 static int read_user(tide_api_req *req, json_t *content, const char *path, tide_api_err *err) {
-    if (json_is_string(content)) return tide_api_conv_add(req, TIDE_ROLE_USER, json_string_value(content), json_string_length(content), path, err);
+    if (json_is_string(content))
+        return tide_api_conv_add(req, TIDE_ROLE_USER, json_string_value(content), json_string_length(content), path, err);
     if (!json_is_array(content)) return tide_api_bad(err, path, "expected string or array, got %s", tide_json_type_name(content));
     size_t i;
     json_t *b;
@@ -67,7 +68,8 @@ static int read_user(tide_api_req *req, json_t *content, const char *path, tide_
 }
 
 static int read_assistant(tide_api_req *req, json_t *content, const char *path, tide_api_err *err) {
-    if (json_is_string(content)) return tide_api_conv_add(req, TIDE_ROLE_ASSISTANT, json_string_value(content), json_string_length(content), path, err);
+    if (json_is_string(content))
+        return tide_api_conv_add(req, TIDE_ROLE_ASSISTANT, json_string_value(content), json_string_length(content), path, err);
     if (!json_is_array(content)) return tide_api_bad(err, path, "expected string or array, got %s", tide_json_type_name(content));
     tide_sb body, reasoning;
     tide_sb_init(&body);

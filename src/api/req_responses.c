@@ -13,19 +13,9 @@
 
 /* One content part: input, output, reasoning or summary text. */
 static int read_part(json_t *part, const char *p, const char **text, tide_api_err *err) {
-    const char *type = NULL;
-    char q[160];
-    if (tide_get_string(part, "type", p, &type, err)) return -1;
-    if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
-    if (!strcmp(type, "input_image") || !strcmp(type, "image_url"))
-        return tide_api_unsupported(err, p, "images are not supported yet");
-    if (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text") &&
-        strcmp(type, "reasoning_text") && strcmp(type, "summary_text"))
-        return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"),
-                                    "content part type \"%.40s\" is not supported", type);
-    if (tide_get_string(part, "text", p, text, err)) return -1;
-    if (!*text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
-    return 0;
+    static const char *const TEXT[] = {"input_text", "output_text", "text", "reasoning_text", "summary_text", NULL},
+                             *const IMAGE[] = {"input_image", "image_url", NULL};
+    return tide_openai_text_part(part, p, TEXT, IMAGE, text, err);
 }
 
 /* Text of a content field: a string or an array of text parts. */
