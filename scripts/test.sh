@@ -33,8 +33,8 @@ if CC=clang CXX=clang++ bash scripts/build.sh build-fuzz -DTIDE_FUZZ=ON -DTIDE_C
     name=$(basename "$fz")
     corpus=$(mktemp -d); cp -r fuzz/corpus/"$name"/. "$corpus"/ 2>/dev/null || true
     dict=(); [ -f fuzz/"$name".dict ] && dict=(-dict=fuzz/"$name".dict)
-    if "$fz" "${dict[@]}" -max_total_time="${FUZZ_SECONDS:-45}" -rss_limit_mb=2048 -print_final_stats=0 "$corpus" >"$corpus.log" 2>&1; then
-      echo "fuzz $name: ok ($(grep -Eo 'stat::number_of_executed_units: [0-9]+|#[0-9]+ +DONE' "$corpus.log" | tail -1))"
+    if "$fz" "${dict[@]}" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -print_final_stats=0 "$corpus" >"$corpus.log" 2>&1; then
+      echo "fuzz $name: ok ($(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$corpus.log" | tail -1))"
       pass=$((pass+1))
     else
       echo "fuzz $name: FAILED"; tail -60 "$corpus.log"; fail=$((fail+1))

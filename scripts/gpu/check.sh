@@ -3,6 +3,8 @@
 #   build (scripts/gpu/build.sh), the GPU tests, compute-sanitizer (memcheck
 #   on every test, racecheck on the kernels that share memory, small shapes),
 #   the SASS check (tensor-core instructions present) and the benchmark.
+#   Every tests/gpu/gpu_test_* program is run (the op tests: gpu_test_attn,
+#   _hc, _rope_fp4, _index, _moe, besides rmsnorm, quant_fp8 and gemm).
 # Full logs go to $OUT (env.log, build.log, tests.log, sass.txt,
 # sanitizer.log, bench.log); a summary table is written LAST to $OUT/summary.md and printed,
 # so it ends the tool's output tail. Exit status: 0 when every step passed.
@@ -98,7 +100,10 @@ if [ -n "$cs" ]; then
     TIDE_GPU_SMALL=1 timed "$OUT/sanitizer.log" timeout 60 "$cs" --tool memcheck --error-exitcode 99 "$t"
     step "memcheck $n" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$secs" "$([ $rc -eq 0 ] || echo "exit $rc")"
   done
-  for t in "$B/gpu_test_gemm" "$B/gpu_test_rmsnorm"; do
+  # racecheck: the kernels that share memory between threads (GEMM tiles,
+  # RMSNorm, and the op kernels: attention, hc mixes, indexer top-k, routing)
+  for t in "$B/gpu_test_gemm" "$B/gpu_test_rmsnorm" "$B/gpu_test_attn" "$B/gpu_test_hc" \
+           "$B/gpu_test_index" "$B/gpu_test_moe"; do
     [ -x "$t" ] || continue
     n=$(basename "$t")
     echo "### racecheck $n" >>"$OUT/sanitizer.log"

@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+
+#include "base/fs.h"
 #include "io/st_index.h"
 
 typedef struct wtensor {
@@ -104,8 +106,7 @@ int tide_stw_open(const char *dir, int nshards, tide_stw **out, tide_status *st)
     *out = NULL;
     if (nshards < 1 || nshards > 99999)
         return tide_fail(st, TIDE_ERR_INVALID, "writer: %d shards (1..99999 allowed)", nshards);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return tide_fail(st, TIDE_ERR_IO, "cannot create %s: %s", dir, strerror(errno));
+    if (tide_mkdir_p(dir, st) != 0) return -1;
     tide_stw *w = NULL;
     if (writer_new(nshards, &w, st) != 0) return -1;
     size_t dl = strlen(dir);

@@ -64,6 +64,7 @@ void tide_fwd_ctx_free(tide_fwd_ctx *fx) {
 
 const tide_model *tide_fwd_model(const tide_fwd_ctx *fx) { return fx->m; }
 tide_pool *tide_fwd_pool(tide_fwd_ctx *fx) { return fx->pool; }
+tide_kv_pool *tide_fwd_kv(tide_fwd_ctx *fx) { return &fx->kv; }
 
 int tide_fwd_seq_init(tide_fwd_ctx *fx, tide_seq_cache *c, tide_status *st) {
     const tide_model *m = fx->m;

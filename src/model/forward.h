@@ -57,6 +57,8 @@ int tide_fwd_ctx_create(const tide_model *m, const tide_ops *ops, int n_threads,
 void tide_fwd_ctx_free(tide_fwd_ctx *fx);
 const tide_model *tide_fwd_model(const tide_fwd_ctx *fx);
 tide_pool *tide_fwd_pool(tide_fwd_ctx *fx);
+/* The shared KV pool (for admission control: its capacity and free blocks). */
+tide_kv_pool *tide_fwd_kv(tide_fwd_ctx *fx);
 
 /* A fresh, empty sequence state shaped for the context's model. */
 int tide_fwd_seq_init(tide_fwd_ctx *fx, tide_seq_cache *c, tide_status *st);

@@ -108,28 +108,40 @@ static int bind_lin(tide_model *m, const char *prefix, int64_t out, int64_t in, 
 #define A_DENSE (A_F32 | A_BF16)
 #define A_QUANT (A_FP8 | A_BF16 | A_F32)
 
+/* RoPE frequencies, tide's rule (docs/model.md, "Deviations"): the formula
+ * of the reference's precompute_freqs_cis, power and YaRN ramp included, is
+ * evaluated in double with the C library's pow and rounded ONCE to f32. The
+ * reference's torch f32 pow has a machine-dependent last bit; this value is
+ * the correctly rounded one (a double with < 1 ulp error rounds to it unless
+ * the exact value sits within ~2^-50 of an f32 midpoint; test_ops_ref checks
+ * that it does not for the shapes we use). tools/ref/model.py rope_inv_freq
+ * computes the same expression in the same order. */
 void tide_rope_freqs(int dim, int64_t original_len, double base, double factor, double beta_fast,
                      double beta_slow, float *freq) {
     int nf = dim / 2;
-    for (int i = 0; i < nf; i++) {
-        float e = (float)(2 * i) / (float)dim;
-        freq[i] = 1.0f / powf((float)base, e);
-    }
+    double low = 0, span = 1;
     if (original_len > 0) {
         double lo_d = dim * log((double)original_len / (beta_fast * 2 * M_PI)) / (2 * log(base));
         double hi_d = dim * log((double)original_len / (beta_slow * 2 * M_PI)) / (2 * log(base));
-        double low = floor(lo_d) > 0 ? floor(lo_d) : 0;
+        low = floor(lo_d) > 0 ? floor(lo_d) : 0;
         double high = ceil(hi_d) < dim - 1 ? ceil(hi_d) : dim - 1;
-        float span = (float)(high - low > 1e-3 ? high - low : 1e-3);
-        for (int i = 0; i < nf; i++) {
-            float ramp = ((float)i - (float)low) / span;
+        span = high - low > 1e-3 ? high - low : 1e-3;
+    }
+    for (int i = 0; i < nf; i++) {
+        double f = 1.0 / pow(base, (double)(2 * i) / dim);
+        if (original_len > 0) {
+            double ramp = ((double)i - low) / span;
             ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
-            float smooth = 1.0f - ramp;
-            freq[i] = freq[i] / (float)factor * (1.0f - smooth) + freq[i] * smooth;
+            double smooth = 1.0 - ramp;
+            f = f / factor * (1.0 - smooth) + f * smooth;
         }
+        freq[i] = (float)f;
     }
 }
 
+/* angle = f32(pos) * freq in f32 (the reference's f32 outer product); cos
+ * and sin of that angle in double by the C library, rounded once to f32
+ * (the oracle's rope_cos_sin calls the same cos/sin). */
 void tide_rope_cs(const float *freq, int n_freq, int64_t pos, float *cs) {
     for (int f = 0; f < n_freq; f++) {
         float a = (float)pos * freq[f];

@@ -92,8 +92,10 @@ typedef struct tide_model {
 int tide_model_load(const char *dir, tide_model **out, tide_status *st);
 void tide_model_free(tide_model *m);
 
-/* The RoPE frequencies of the reference's precompute_freqs_cis (f32
- * arithmetic, YaRN ramp when original_len > 0). freq has dim/2 entries. */
+/* The RoPE frequencies of the reference's precompute_freqs_cis (YaRN ramp
+ * when original_len > 0), evaluated in double and rounded once to f32: the
+ * correctly rounded value, where torch's f32 pow varies by machine (model.c).
+ * freq has dim/2 entries. */
 void tide_rope_freqs(int dim, int64_t original_len, double base, double factor, double beta_fast,
                      double beta_slow, float *freq);
 /* cos/sin pairs of position pos for n_freq frequencies: cs[2f], cs[2f+1]. */

@@ -2,6 +2,8 @@
  * sharded safetensors, one row slab at a time (see synth.h). */
 #include "model/synth.h"
 
+#include "base/fs.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -334,15 +336,7 @@ int tide_synth_write(const tide_config *cfg_in, const tide_synth_opts *o, tide_s
         rc = 0;
         goto out;
     }
-    struct stat sb;
-    if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST) {
-        tide_fail(st, TIDE_ERR_IO, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
-        goto out;
-    }
-    if (stat(o->out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        tide_fail(st, TIDE_ERR_IO, "%s: exists and is not a directory", o->out_dir);
-        goto out;
-    }
+    if (tide_mkdir_p(o->out_dir, st) != 0) goto out;
     if (write_tensors(&m, o, rep->nshards, st)) goto out;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->out_dir);

@@ -33,9 +33,18 @@ F32 = np.float32
 
 
 def rope_inv_freq(rd, theta, yarn):
-    """Per-pair frequencies, float32, as precompute_freqs_cis; yarn = None or
-    (factor, beta_fast, beta_slow, original_seq_len)."""
-    freqs = (F32(1.0) / np.power(F32(theta), np.arange(0, rd, 2, dtype=F32) / F32(rd))).astype(F32)
+    """Per-pair frequencies of precompute_freqs_cis; yarn = None or
+    (factor, beta_fast, beta_slow, original_seq_len).
+
+    tide's rule (docs/reference.md, "Transcendentals"): the whole formula,
+    power and YaRN ramp included, is evaluated in float64 with the C
+    library's pow (math.pow; the engine calls the same pow) and rounded ONCE
+    to float32. The official code uses torch float32 pow, whose last bit
+    depends on the machine; so did numpy's float32 power (SVML on AVX512).
+    Rounding a float64 result with < 1 ulp error gives the correctly rounded
+    float32 unless the exact value lies within ~2^-50 relative of a float32
+    rounding midpoint, which test_ops_ref checks for the shapes we ship."""
+    f = [1.0 / math.pow(float(theta), k / rd) for k in range(0, rd, 2)]
     if yarn is not None and yarn[3] > 0:
         factor, beta_fast, beta_slow, orig = yarn
 
@@ -44,16 +53,28 @@ def rope_inv_freq(rd, theta, yarn):
 
         low = max(math.floor(corrected(beta_fast)), 0)
         high = min(math.ceil(corrected(beta_slow)), rd - 1)
-        ramp = np.clip((np.arange(rd // 2, dtype=F32) - F32(low)) / F32(max(high - low, 1e-3)), 0, 1).astype(F32)
-        smooth = (F32(1) - ramp).astype(F32)
-        freqs = (freqs / F32(factor) * (F32(1) - smooth) + freqs * smooth).astype(F32)
-    return freqs
+        span = max(high - low, 1e-3)
+        out = []
+        for i, v in enumerate(f):
+            ramp = min(max((i - low) / span, 0.0), 1.0)
+            smooth = 1.0 - ramp
+            out.append(v / float(factor) * (1.0 - smooth) + v * smooth)
+        f = out
+    return np.array(f, dtype=np.float64).astype(F32)
+
+
+_cos = np.frompyfunc(math.cos, 1, 1)
+_sin = np.frompyfunc(math.sin, 1, 1)
 
 
 def rope_cos_sin(inv_freq, pos):
+    """cos/sin tables [t, rd/2]: angle = float32(pos) * freq rounded to
+    float32 (as the reference's float32 outer product), then cos and sin of
+    that angle in float64 by the C library (math.cos/math.sin; the engine's
+    tide_rope_cs calls the same cos/sin), each rounded once to float32."""
     ang = (np.asarray(pos, dtype=F32)[:, None] * inv_freq[None, :]).astype(F32)
     a64 = ang.astype(np.float64)
-    return np.cos(a64).astype(F32), np.sin(a64).astype(F32)
+    return np.asarray(_cos(a64), dtype=np.float64).astype(F32), np.asarray(_sin(a64), dtype=np.float64).astype(F32)
 
 
 def apply_rope(x, cos, sin, inverse=False):

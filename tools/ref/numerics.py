@@ -22,6 +22,8 @@ rounded to bf16; float32 weights a float32 matmul.
 
 Independent of tools/ref/quant.py and of the C num layer on purpose.
 """
+import math
+
 import numpy as np
 
 F32 = np.float32
@@ -328,11 +330,20 @@ def sigmoid(x):
     return (F32(1) / (F32(1) + np.exp(-x))).astype(F32)
 
 
+_softplus64 = np.frompyfunc(lambda v: math.log1p(math.exp(v)), 1, 1)
+
+
 def softplus(x):
-    """torch.nn.functional.softplus with beta 1, threshold 20."""
+    """torch.nn.functional.softplus with beta 1, threshold 20 (x > 20 -> x).
+
+    Below the threshold tide's rule: log1p(exp(x)) evaluated in float64 by
+    the C library (math.exp, math.log1p; the engine's CPU backend calls the
+    same exp/log1p) and rounded once to float32. numpy's float32 log1p goes
+    through SVML on AVX512 machines and differs from glibc's log1pf on a few
+    percent of inputs, so a float32 rule could not be matched bit for bit."""
     x = np.asarray(x, dtype=F32)
-    with np.errstate(over="ignore"):
-        y = np.log1p(np.exp(x)).astype(F32)
+    lo = np.minimum(x, F32(20)).astype(np.float64)  # exp(20) is finite; those lanes are replaced
+    y = np.asarray(_softplus64(lo), dtype=np.float64).astype(F32) if x.size else np.zeros_like(x)
     return np.where(x > 20, x, y).astype(F32)
 
 

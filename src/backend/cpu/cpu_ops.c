@@ -60,9 +60,12 @@ void tide_cpu_moe_route(const float *logits, int64_t rows, int n_experts, int k,
         } else if (func == 1) {
             for (int e = 0; e < n_experts; e++) sc[e] = tide_cpu_sigmoid(l[e]);
         } else {
-            /* torch softplus (threshold 20), then sqrt */
+            /* torch softplus (threshold 20), then sqrt in f32. Below the
+             * threshold tide's rule: log1p(exp(x)) in double, rounded once
+             * to f32 (the oracle's numerics.softplus calls the same libm
+             * exp/log1p; f32 log1p differs between libraries). */
             for (int e = 0; e < n_experts; e++)
-                sc[e] = sqrtf(l[e] > 20.0f ? l[e] : log1pf(tide_cpu_expf(l[e])));
+                sc[e] = sqrtf(l[e] > 20.0f ? l[e] : (float)log1p(exp((double)l[e])));
         }
         for (int e = 0; e < n_experts; e++) sel[e] = bias ? sc[e] + bias[e] : sc[e];
         int32_t *ix = idx + r * k;

@@ -95,4 +95,70 @@ int tide_cuda_gemm_fp4(const uint8_t *xq, const uint8_t *xs, int64_t m, const ui
                        const uint8_t *ws, int64_t n, int64_t k, uint16_t *y, tide_cuda_stream stream,
                        tide_status *st);
 
+/* ---- Sparse attention with sinks (sparse_attn.cu) ----
+ * tide_cpu_ops()->sparse_attn, bit for bit, with entries given as indices:
+ * q [rows][heads][dim] (BF16-exact), kv [n_kv][dim] (shared by all heads),
+ * idx [rows][n_idx] int32 rows of kv, an entry < 0 (the reference's -1) or
+ * >= n_kv an empty slot; the order of a row's entries is the order of the
+ * online softmax's 64-entry chunks. sink [heads]; out [rows][heads][dim]
+ * BF16-exact f32. 1 <= dim <= TIDE_CUDA_ATTN_MAX_DIM; n_idx >= 0. */
+#define TIDE_CUDA_ATTN_MAX_DIM 4096
+int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, const float *kv, int64_t n_kv,
+                          const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
+                          tide_cuda_stream stream, tide_status *st);
+
+/* ---- Hyper-connections (hc.cu) ----
+ * tide_cpu_ops()'s hc_mixes (with Sinkhorn), hc_pre and hc_post, bit for
+ * bit; same arguments and layouts as ops.h, all arrays on the device.
+ * 1 <= hc <= TIDE_CUDA_HC_MAX, hc*dim <= TIDE_CUDA_HC_MAX_N for hc_mixes;
+ * hc_post's out may not alias res. */
+#define TIDE_CUDA_HC_MAX 16
+#define TIDE_CUDA_HC_MAX_N 65536
+int tide_cuda_hc_mixes(const float *x, int64_t rows, int hc, int64_t dim, const float *fn, const float *scale,
+                       const float *base, double norm_eps, int iters, double hc_eps, float *pre, float *post,
+                       float *comb, tide_cuda_stream stream, tide_status *st);
+int tide_cuda_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const float *pre, float *y,
+                     tide_cuda_stream stream, tide_status *st);
+int tide_cuda_hc_post(const float *y, const float *res, int64_t rows, int hc, int64_t dim, const float *post,
+                      const float *comb, float *out, tide_cuda_stream stream, tide_status *st);
+
+/* ---- RoPE (rope.cu) ----
+ * tide_cpu_ops()->rope, bit for bit, for many rows: row r's vectors are at
+ * x + r*row_stride + v*vec_stride (v < n_vec), 2*n_freq floats each, rotated
+ * by cs + r*2*n_freq (cos, sin pairs for that row's position, YaRN applied by
+ * the caller); inverse conjugates; in place, BF16-rounded. */
+int tide_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t row_stride, int64_t vec_stride, int64_t n_freq,
+                   const float *cs, int inverse, tide_cuda_stream stream, tide_status *st);
+
+/* ---- FP4 activation simulation (fp4_sim.cu) ----
+ * tide_sim_fp4_e8m0 / tide_sim_fp4_e4m3 (num.h) applied to each row of x
+ * [rows][n] in place, bit for bit; 1 <= block <= 128. */
+int tide_cuda_sim_fp4_e8m0(float *x, int64_t rows, int64_t n, int64_t block, tide_cuda_stream stream,
+                           tide_status *st);
+int tide_cuda_sim_fp4_e4m3(float *x, int64_t rows, int64_t n, int64_t block, tide_cuda_stream stream,
+                           tide_status *st);
+
+/* ---- Indexer (index_topk.cu) ----
+ * index_scores: tide_cpu_ops()->index_scores for each query row r, bit for
+ * bit: q [rows][heads][d], w [rows][heads], keys [n][d], score [rows][n];
+ * rows <= 65535.
+ * topk_sorted: tide_cpu_ops()->topk_sorted per row of score [rows][n]: the
+ * k best positions (ties toward the lower position), ascending, in out
+ * [rows][k]; 0 <= k <= n (the caller clamps k to n). No NaN scores. */
+int tide_cuda_index_scores(const float *q, int64_t rows, int heads, int64_t d, const float *w, const float *keys,
+                           int64_t n, float *score, tide_cuda_stream stream, tide_status *st);
+int tide_cuda_topk_sorted(const float *score, int64_t rows, int64_t n, int k, int32_t *out,
+                          tide_cuda_stream stream, tide_status *st);
+
+/* ---- MoE routing (moe_route.cu) ----
+ * tide_cpu_ops()->moe_route; same arguments, device arrays (bias may be
+ * NULL). Bit-identical for func 1 and 2; for func 0 (sqrt softplus) the
+ * double exp/log1p of the device may, rarely, round to a different f32 than
+ * glibc's (see moe_route.cu).
+ * 1 <= k <= min(64, n_experts), n_experts <= TIDE_CUDA_MOE_MAX_EXPERTS. */
+#define TIDE_CUDA_MOE_MAX_EXPERTS 4096
+int tide_cuda_moe_route(const float *logits, int64_t rows, int n_experts, int k, int func, const float *bias,
+                        int norm, float route_scale, int32_t *idx, float *w, tide_cuda_stream stream,
+                        tide_status *st);
+
 #endif

@@ -1,0 +1,186 @@
+/* libtide: the public API of the inference engine.
+ *
+ * An engine owns a model, a KV pool and a scheduler. Callers submit requests
+ * (prompt token ids + sampling parameters + stop conditions), then drive the
+ * engine one scheduler step at a time (or until idle). Each step packs prefill
+ * chunks and decode tokens of many requests into one ragged batch under a
+ * token budget, runs the forward pass, samples, and reports new tokens.
+ *
+ *     tide_engine_config cfg = tide_engine_config_default();
+ *     cfg.model_dir = "/models/tiny";
+ *     tide_engine *e;
+ *     if (tide_engine_create(&cfg, &e, &st) != 0) ...       // st.msg says why
+ *     tide_request r = tide_request_default();
+ *     r.prompt = ids; r.n_prompt = n; r.sampling.max_tokens = 16;
+ *     tide_request_id id;
+ *     if (tide_engine_submit(e, &r, &id, &st) != 0) ...     // bad request: st.msg
+ *     tide_engine_run(e, &st);                              // or tide_engine_step() in a loop
+ *     tide_request_info info; tide_engine_get(e, id, &info, &st);
+ *     ... info.output[0 .. info.n_output) ...
+ *     tide_engine_release(e, id);
+ *     tide_engine_destroy(e);
+ *
+ * Tokens stream out through the optional event callback (one event per
+ * generated token, one when a request finishes) or by polling
+ * tide_engine_get. A request's tokens depend only on its prompt, its
+ * parameters and its seed, never on what shares its batch, nor on
+ * preemption (docs/engine.md, "Engine").
+ *
+ * Errors: every fallible function returns 0 or -1 and fills a tide_status
+ * (base/status.h) with a message that says what was wrong. Not thread-safe:
+ * one thread drives an engine (the engine itself uses a worker pool). */
+#ifndef TIDE_H
+#define TIDE_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/sampling_params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tide_engine tide_engine;
+typedef int64_t tide_request_id; /* > 0, unique within an engine, never reused */
+
+typedef enum tide_finish_reason {
+    TIDE_FINISH_NONE = 0,  /* still waiting or running */
+    TIDE_FINISH_STOP,      /* produced one of its stop tokens (included in the output) */
+    TIDE_FINISH_LENGTH,    /* produced max_tokens tokens */
+    TIDE_FINISH_CANCELLED, /* tide_engine_cancel */
+    TIDE_FINISH_ERROR,     /* failed while running; tide_request_info.error says why */
+} tide_finish_reason;
+
+/* "stop", "length", "cancelled", "error" ("" for NONE). */
+const char *tide_finish_reason_name(tide_finish_reason r);
+
+typedef enum tide_event_kind {
+    TIDE_EVENT_TOKEN = 1, /* a request produced a token */
+    TIDE_EVENT_FINISHED,  /* a request finished (after its last TOKEN event) */
+} tide_event_kind;
+
+typedef struct tide_event {
+    tide_event_kind kind;
+    tide_request_id id;
+    void *user;                /* the request's user pointer */
+    int32_t token;             /* TOKEN: the new token */
+    const int32_t *output;     /* all tokens generated so far (valid during the callback) */
+    int64_t n_output;
+    int64_t n_prompt;
+    tide_finish_reason reason; /* FINISHED */
+    const char *error;         /* FINISHED with ERROR: the message; else NULL */
+} tide_event;
+
+/* Called from inside tide_engine_step / _run / _cancel. It must not call the
+ * engine back. */
+typedef void (*tide_event_fn)(void *ctx, const tide_event *ev);
+
+typedef struct tide_engine_config {
+    const char *model_dir;     /* checkpoint directory (config.json + safetensors) */
+    int n_threads;             /* worker threads incl. the caller; default 2 */
+    /* KV pool: capacity in blocks of kv_block compressed positions of one KV
+     * source of one sequence. Admission and preemption are decided by it. */
+    int64_t kv_blocks;         /* default 1 << 20 */
+    int kv_block;              /* default 64 */
+    int max_seqs;              /* requests running at once; default 64 */
+    int64_t max_step_tokens;   /* token budget of one step (prefill + decode); default 512 */
+    int64_t prefill_chunk;     /* tokens of one prefill chunk, <= max_step_tokens; 0 = the budget */
+    /* Forward-pass modes (docs/model.md). canonical_layout = 1 and
+     * index_key_quirk = 0 make results independent of chunking, which lets
+     * the scheduler cut chunks to fit the budget; otherwise chunk sizes are a
+     * fixed function of the request (so results still never depend on the
+     * batch). */
+    int canonical_layout;      /* default 0 (the reference's layouts) */
+    int index_key_quirk;       /* default 1 (the reference's behaviour) */
+    uint64_t seed;             /* requests without a seed get one derived from this */
+    tide_event_fn on_event;    /* optional */
+    void *event_ctx;
+} tide_engine_config;
+
+tide_engine_config tide_engine_config_default(void);
+
+int tide_engine_create(const tide_engine_config *cfg, tide_engine **out, tide_status *st);
+/* Frees every request, finished or not (no events). NULL is fine. */
+void tide_engine_destroy(tide_engine *e);
+
+typedef struct tide_request {
+    const int32_t *prompt;     /* n_prompt >= 1 token ids (copied) */
+    int64_t n_prompt;
+    /* Sampling and stop conditions (tide_sampling_params_default(); arrays
+     * are copied). max_tokens must be >= 1. stop_tokens end the request;
+     * add EOS there unless EOS should be ignored. */
+    tide_sampling_params sampling;
+    int has_seed;              /* 0: the engine derives a seed (reported in tide_request_info) */
+    void *user;                /* handed back in events */
+} tide_request;
+
+tide_request tide_request_default(void);
+
+/* Validates and queues a request. Fails (nothing queued) on an empty prompt,
+ * a token outside the vocabulary or the image token, max_tokens < 1, bad
+ * sampling parameters, or a request longer than the model's context or the
+ * whole KV pool. */
+int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *id, tide_status *st);
+
+/* Runs one scheduler step (a no-op when idle). Fails only on an internal
+ * error; requests that fail are finished with TIDE_FINISH_ERROR instead. */
+int tide_engine_step(tide_engine *e, tide_status *st);
+/* Steps until no request is waiting or running. */
+int tide_engine_run(tide_engine *e, tide_status *st);
+/* Whether any request is waiting or running. */
+int tide_engine_busy(const tide_engine *e);
+
+/* Finishes a waiting or running request with TIDE_FINISH_CANCELLED (its
+ * tokens so far are kept). Cancelling a finished request does nothing;
+ * an unknown id fails. */
+int tide_engine_cancel(tide_engine *e, tide_request_id id, tide_status *st);
+
+typedef enum tide_request_state {
+    TIDE_REQ_WAITING = 1, /* queued (also after preemption) */
+    TIDE_REQ_RUNNING,
+    TIDE_REQ_FINISHED,
+} tide_request_state;
+
+typedef struct tide_request_info {
+    tide_request_state state;
+    tide_finish_reason reason;
+    const char *error;         /* ERROR: the message; else NULL */
+    int64_t n_prompt;
+    const int32_t *output;     /* valid until the next engine call */
+    int64_t n_output;
+    uint64_t seed;             /* the seed used (given or derived) */
+    int64_t n_preempted;       /* times it was preempted and recomputed */
+} tide_request_info;
+
+/* Finished requests stay until released. Unknown id: fails. */
+int tide_engine_get(const tide_engine *e, tide_request_id id, tide_request_info *info, tide_status *st);
+/* Forgets a finished request (an unfinished one is cancelled first, without
+ * an event). Unknown ids are ignored. */
+void tide_engine_release(tide_engine *e, tide_request_id id);
+
+typedef struct tide_engine_stats {
+    int64_t n_waiting, n_running, n_finished; /* finished = not yet released */
+    int64_t kv_blocks_used, kv_blocks_total;
+    int64_t steps;
+    int64_t tokens_fed;        /* tokens through the forward pass (prefill, recompute, decode) */
+    int64_t tokens_generated;  /* tokens sampled */
+    int64_t preemptions;
+    double step_seconds;       /* total time inside steps */
+    double last_step_seconds;
+    int64_t last_step_seqs;    /* sequences in the last step's batch */
+    int64_t last_step_tokens;  /* tokens fed in the last step */
+    double tokens_per_s;       /* tokens_fed / step_seconds */
+    double generated_per_s;    /* tokens_generated / step_seconds */
+} tide_engine_stats;
+
+void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s);
+
+/* The vocabulary size of the loaded model (for callers that validate). */
+int64_t tide_engine_vocab_size(const tide_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

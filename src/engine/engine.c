@@ -1,0 +1,393 @@
+/* The engine: libtide's public request lifecycle (include/tide.h).
+ *
+ * One step reads top to bottom the way a request travels: the scheduler
+ * plans the step (sched.h), the forward pass runs the ragged batch
+ * (model/forward.h), the rows that reached the end of their sequence are
+ * sampled (sampler.h; the RNG is keyed by the request's seed and the token's
+ * position, so nothing depends on the batch), each new token is appended,
+ * reported and checked against the stop conditions. */
+#include "tide.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "engine/engine.h"
+#include "engine/request.h"
+#include "engine/rng.h"
+#include "engine/sampler.h"
+#include "engine/sched.h"
+#include "model/forward.h"
+#include "model/model.h"
+
+struct tide_engine {
+    tide_engine_config cfg;
+    const tide_model *m;
+    tide_model *own_model;    /* loaded by tide_engine_create; NULL when borrowed */
+    tide_fwd_ctx *fx;
+    tide_sched sched;
+    int64_t vocab;
+    tide_sampler_ws *ws;      /* one per pool thread */
+    int n_ws;
+    uint32_t *allow;          /* every token but the image token (it cannot be fed back) */
+    float *logits;            /* [max_seqs][vocab] */
+    tide_step_seq *seqs;      /* [max_seqs] */
+    tide_sampler_input *in;   /* [max_seqs] */
+    tide_sample_result *res;  /* [max_seqs] */
+    const tide_sampling_params **par; /* [max_seqs] */
+    tide_req **rows;          /* [max_seqs] the request of each sampled row */
+    tide_req **all;           /* every unreleased request, ascending id */
+    int64_t n_all, cap_all;
+    int64_t next_id, n_finished;
+    int64_t steps, tokens_fed, tokens_generated;
+    double step_seconds, last_step_seconds;
+};
+
+tide_engine_config tide_engine_config_default(void) {
+    tide_engine_config c = {0};
+    c.n_threads = 2;
+    c.kv_blocks = 1 << 20;
+    c.kv_block = 64;
+    c.max_seqs = 64;
+    c.max_step_tokens = 512;
+    c.index_key_quirk = 1;
+    return c;
+}
+
+tide_request tide_request_default(void) {
+    tide_request r = {0};
+    r.sampling = tide_sampling_params_default();
+    return r;
+}
+
+const char *tide_finish_reason_name(tide_finish_reason r) {
+    switch (r) {
+    case TIDE_FINISH_STOP: return "stop";
+    case TIDE_FINISH_LENGTH: return "length";
+    case TIDE_FINISH_CANCELLED: return "cancelled";
+    case TIDE_FINISH_ERROR: return "error";
+    default: return "";
+    }
+}
+
+static int check_config(const tide_engine_config *c, int have_model, tide_status *st) {
+    if (!c) return tide_fail(st, TIDE_ERR_INVALID, "engine: no configuration");
+    if (!have_model && !c->model_dir) return tide_fail(st, TIDE_ERR_INVALID, "engine: no model directory");
+    if (c->n_threads < 1 || c->n_threads > 256)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: n_threads %d is outside 1..256", c->n_threads);
+    if (c->kv_block < 1 || c->kv_block > 4096)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: kv_block %d is outside 1..4096", c->kv_block);
+    if (c->kv_blocks < 1 || c->kv_blocks > INT32_MAX)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: kv_blocks %lld is outside 1..2^31-1", (long long)c->kv_blocks);
+    if (c->max_seqs < 1 || c->max_seqs > 4096)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: max_seqs %d is outside 1..4096", c->max_seqs);
+    if (c->max_step_tokens < 1 || c->max_step_tokens > (1 << 24))
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: max_step_tokens %lld is outside 1..2^24",
+                         (long long)c->max_step_tokens);
+    if (c->prefill_chunk < 0 || c->prefill_chunk > c->max_step_tokens)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: prefill_chunk %lld is outside 0..max_step_tokens (%lld)",
+                         (long long)c->prefill_chunk, (long long)c->max_step_tokens);
+    return 0;
+}
+
+static int alloc_buffers(tide_engine *e, tide_status *st) {
+    size_t n = (size_t)e->cfg.max_seqs;
+    e->logits = malloc(n * (size_t)e->vocab * sizeof *e->logits);
+    e->seqs = malloc(n * sizeof *e->seqs);
+    e->in = malloc(n * sizeof *e->in);
+    e->res = malloc(n * sizeof *e->res);
+    e->par = malloc(n * sizeof *e->par);
+    e->rows = malloc(n * sizeof *e->rows);
+    size_t words = ((size_t)e->vocab + 31) / 32;
+    e->allow = malloc(words * sizeof *e->allow);
+    if (!e->logits || !e->seqs || !e->in || !e->res || !e->par || !e->rows || !e->allow)
+        return tide_fail(st, TIDE_ERR_NOMEM, "engine: out of memory");
+    memset(e->allow, 0xff, words * sizeof *e->allow);
+    int32_t img = e->m->cfg.image_token_id;
+    if (img >= 0 && img < e->vocab) e->allow[img >> 5] &= ~(1u << (img & 31));
+    e->n_ws = tide_pool_size(tide_fwd_pool(e->fx));
+    e->ws = calloc((size_t)e->n_ws, sizeof *e->ws);
+    if (!e->ws) return tide_fail(st, TIDE_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; i < e->n_ws; i++)
+        if (tide_sampler_ws_init(&e->ws[i], (int32_t)e->vocab, st) != 0) return -1;
+    return 0;
+}
+
+static int create(const tide_engine_config *cfg, const tide_model *borrowed, tide_engine **out,
+                  tide_status *st) {
+    *out = NULL;
+    if (check_config(cfg, borrowed != NULL, st) != 0) return -1;
+    tide_engine *e = calloc(1, sizeof *e);
+    if (!e) return tide_fail(st, TIDE_ERR_NOMEM, "engine: out of memory");
+    e->cfg = *cfg;
+    e->cfg.model_dir = NULL; /* borrowed: not kept */
+    e->next_id = 1;
+    if (borrowed) e->m = borrowed;
+    else if (tide_model_load(cfg->model_dir, &e->own_model, st) != 0) goto fail;
+    else e->m = e->own_model;
+    e->vocab = e->m->cfg.text.vocab_size;
+    tide_fwd_opts o = tide_fwd_default_opts();
+    o.ref_layout = !cfg->canonical_layout;
+    o.index_key_quirk = cfg->index_key_quirk;
+    o.kv_block = cfg->kv_block;
+    o.kv_max_blocks = cfg->kv_blocks;
+    if (tide_fwd_ctx_create(e->m, tide_cpu_ops(), cfg->n_threads, &o, &e->fx, st) != 0) goto fail;
+    tide_sched_cfg sc = {cfg->max_seqs, cfg->max_step_tokens,
+                         cfg->prefill_chunk > 0 ? cfg->prefill_chunk : cfg->max_step_tokens,
+                         cfg->canonical_layout && !cfg->index_key_quirk};
+    if (tide_sched_init(&e->sched, &sc, e->fx, st) != 0) goto fail;
+    if (alloc_buffers(e, st) != 0) goto fail;
+    *out = e;
+    return 0;
+fail:
+    tide_engine_destroy(e);
+    return tide_fail_ctx(st, "engine");
+}
+
+int tide_engine_create(const tide_engine_config *cfg, tide_engine **out, tide_status *st) {
+    return create(cfg, NULL, out, st);
+}
+
+int tide_engine_create_with_model(const tide_engine_config *cfg, const tide_model *m, tide_engine **out,
+                                  tide_status *st) {
+    if (!m) return tide_fail(st, TIDE_ERR_INVALID, "engine: no model");
+    return create(cfg, m, out, st);
+}
+
+void tide_engine_destroy(tide_engine *e) {
+    if (!e) return;
+    for (int64_t i = 0; i < e->n_all; i++) {
+        if (e->all[i]->has_cache) tide_fwd_seq_free(e->fx, &e->all[i]->cache);
+        tide_req_free(e->all[i]);
+    }
+    free(e->all);
+    if (e->sched.running) tide_sched_free(&e->sched);
+    if (e->ws)
+        for (int i = 0; i < e->n_ws; i++) tide_sampler_ws_free(&e->ws[i]);
+    free(e->ws);
+    free(e->allow);
+    free(e->logits);
+    free(e->seqs);
+    free(e->in);
+    free(e->res);
+    free(e->par);
+    free(e->rows);
+    tide_fwd_ctx_free(e->fx);
+    tide_model_free(e->own_model);
+    free(e);
+}
+
+int64_t tide_engine_vocab_size(const tide_engine *e) { return e->vocab; }
+
+static tide_req *find(const tide_engine *e, tide_request_id id) {
+    int64_t lo = 0, hi = e->n_all;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (e->all[mid]->id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < e->n_all && e->all[lo]->id == id ? e->all[lo] : NULL;
+}
+
+int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *id, tide_status *st) {
+    if (id) *id = 0;
+    uint64_t seed = tide_rng_derive_seed(e->cfg.seed, (uint64_t)e->next_id);
+    tide_req *q;
+    if (tide_req_create(r, e->vocab, e->m->cfg.image_token_id, e->m->cfg.text.max_position_embeddings, seed,
+                        &q, st) != 0)
+        return -1;
+    /* the last token is never fed, so the cache holds n_prompt + max_tokens - 1 positions */
+    int64_t nb = tide_sched_blocks_for(&e->sched, q->n_prompt + q->sp.max_tokens - 1);
+    if (nb > e->cfg.kv_blocks) {
+        tide_req_free(q);
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         "request: prompt + max_tokens need %lld KV blocks; the pool has %lld",
+                         (long long)nb, (long long)e->cfg.kv_blocks);
+    }
+    if (e->n_all == e->cap_all) {
+        int64_t cap = e->cap_all ? 2 * e->cap_all : 64;
+        tide_req **a = realloc(e->all, (size_t)cap * sizeof *a);
+        if (!a) {
+            tide_req_free(q);
+            return tide_fail(st, TIDE_ERR_NOMEM, "engine: out of memory");
+        }
+        e->all = a;
+        e->cap_all = cap;
+    }
+    if (tide_sched_enqueue(&e->sched, q, st) != 0) {
+        tide_req_free(q);
+        return -1;
+    }
+    q->id = e->next_id++;
+    e->all[e->n_all++] = q;
+    if (id) *id = q->id;
+    return 0;
+}
+
+static void emit(tide_engine *e, tide_event_kind kind, const tide_req *q, int32_t token) {
+    if (!e->cfg.on_event) return;
+    tide_event ev = {kind, q->id, q->user, token, tide_req_output(q), tide_req_n_output(q),
+                     q->n_prompt, q->reason, q->reason == TIDE_FINISH_ERROR ? q->error : NULL};
+    e->cfg.on_event(e->cfg.event_ctx, &ev);
+}
+
+/* Takes q out of the scheduler (dropping its cache) and reports the end. */
+static void finish(tide_engine *e, tide_req *q, tide_finish_reason reason) {
+    tide_sched_remove(&e->sched, q);
+    q->state = TIDE_REQ_FINISHED;
+    q->reason = reason;
+    if (reason == TIDE_FINISH_ERROR && !q->error) tide_req_set_error(q, "unknown error");
+    e->n_finished++;
+    emit(e, TIDE_EVENT_FINISHED, q, -1);
+}
+
+static void fail_all(tide_engine *e, const tide_sched_plan *p, const char *msg) {
+    /* copy first: finishing removes from the running set the plan points into */
+    for (int i = 0; i < p->n_items; i++) e->rows[i] = p->items[i].req;
+    int n = p->n_items;
+    for (int i = 0; i < n; i++) {
+        tide_req_set_error(e->rows[i], msg);
+        finish(e, e->rows[i], TIDE_FINISH_ERROR);
+    }
+}
+
+/* Samples the rows that reached the end of their sequence, appends, reports,
+ * applies the stop conditions. */
+static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->n_items; i++) {
+        if (p->items[i].logits != TIDE_LOGITS_LAST) continue;
+        tide_req *q = p->items[i].req;
+        e->rows[n] = q;
+        e->par[n] = &q->sp;
+        e->in[n] = (tide_sampler_input){.logits = e->logits + (int64_t)n * e->vocab,
+                                        .allow = e->allow,
+                                        .prompt = q->tokens,
+                                        .n_prompt = q->n_prompt,
+                                        .output = tide_req_output(q),
+                                        .n_output = tide_req_n_output(q),
+                                        .position = (uint64_t)q->n_tokens};
+        n++;
+    }
+    if (n == 0) return;
+    tide_status st = {0};
+    tide_sample_batch(tide_fwd_pool(e->fx), e->ws, e->par, e->in, e->res, n, &st);
+    for (int i = 0; i < n; i++) {
+        tide_req *q = e->rows[i];
+        int32_t t = e->res[i].token;
+        if (t < 0) {
+            tide_req_set_error(q, st.msg[0] ? st.msg : "sampling failed");
+            finish(e, q, TIDE_FINISH_ERROR);
+            continue;
+        }
+        if (tide_req_push(q, t, &st) != 0) {
+            tide_req_set_error(q, st.msg);
+            finish(e, q, TIDE_FINISH_ERROR);
+            continue;
+        }
+        e->tokens_generated++;
+        emit(e, TIDE_EVENT_TOKEN, q, t);
+        tide_stop_reason why = tide_sampling_stop(&q->sp, t, tide_req_n_output(q));
+        if (why == TIDE_STOP_TOKEN) finish(e, q, TIDE_FINISH_STOP);
+        else if (why == TIDE_STOP_LENGTH) finish(e, q, TIDE_FINISH_LENGTH);
+    }
+}
+
+int tide_engine_step(tide_engine *e, tide_status *st) {
+    (void)st;
+    if (!tide_engine_busy(e)) return 0;
+    double t0 = tide_now_seconds();
+    tide_sched *s = &e->sched;
+    tide_sched_make_plan(s);
+    const tide_sched_plan *p = &s->plan;
+    for (int i = 0; i < p->n_failed; i++) {
+        tide_req *q = p->failed[i];
+        q->state = TIDE_REQ_FINISHED; /* already out of the scheduler */
+        q->reason = TIDE_FINISH_ERROR;
+        e->n_finished++;
+        emit(e, TIDE_EVENT_FINISHED, q, -1);
+    }
+    if (p->n_items > 0) {
+        for (int i = 0; i < p->n_items; i++) {
+            tide_req *q = p->items[i].req;
+            e->seqs[i] = (tide_step_seq){&q->cache, q->tokens + q->cache.pos, p->items[i].n_tokens,
+                                         p->items[i].logits};
+        }
+        tide_step_out out = {e->logits, NULL};
+        tide_status fst = {0};
+        if (tide_forward(e->fx, e->seqs, p->n_items, &out, &fst) != 0) {
+            tide_log(TIDE_LOG_ERROR, "engine: step %lld failed: %s", (long long)e->steps, fst.msg);
+            fail_all(e, p, fst.msg);
+        } else {
+            e->tokens_fed += p->n_tokens;
+            sample_rows(e, p);
+        }
+    }
+    e->steps++;
+    e->last_step_seconds = tide_now_seconds() - t0;
+    e->step_seconds += e->last_step_seconds;
+    return 0;
+}
+
+int tide_engine_busy(const tide_engine *e) { return e->sched.wq_n > 0 || e->sched.n_running > 0; }
+
+int tide_engine_run(tide_engine *e, tide_status *st) {
+    while (tide_engine_busy(e))
+        if (tide_engine_step(e, st) != 0) return -1;
+    return 0;
+}
+
+int tide_engine_cancel(tide_engine *e, tide_request_id id, tide_status *st) {
+    tide_req *q = find(e, id);
+    if (!q) return tide_fail(st, TIDE_ERR_INVALID, "cancel: no request %lld", (long long)id);
+    if (q->state != TIDE_REQ_FINISHED) finish(e, q, TIDE_FINISH_CANCELLED);
+    return 0;
+}
+
+int tide_engine_get(const tide_engine *e, tide_request_id id, tide_request_info *info, tide_status *st) {
+    const tide_req *q = find(e, id);
+    if (!q) return tide_fail(st, TIDE_ERR_INVALID, "get: no request %lld", (long long)id);
+    info->state = q->state;
+    info->reason = q->reason;
+    info->error = q->reason == TIDE_FINISH_ERROR ? q->error : NULL;
+    info->n_prompt = q->n_prompt;
+    info->output = tide_req_output(q);
+    info->n_output = tide_req_n_output(q);
+    info->seed = q->sp.seed;
+    info->n_preempted = q->n_preempted;
+    return 0;
+}
+
+void tide_engine_release(tide_engine *e, tide_request_id id) {
+    tide_req *q = find(e, id);
+    if (!q) return;
+    if (q->state != TIDE_REQ_FINISHED) tide_sched_remove(&e->sched, q);
+    else e->n_finished--;
+    int64_t i = 0;
+    while (e->all[i] != q) i++;
+    memmove(e->all + i, e->all + i + 1, (size_t)(e->n_all - i - 1) * sizeof *e->all);
+    e->n_all--;
+    tide_req_free(q);
+}
+
+void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
+    const tide_kv_pool *kv = tide_fwd_kv(e->fx);
+    memset(s, 0, sizeof *s);
+    s->n_waiting = e->sched.wq_n;
+    s->n_running = e->sched.n_running;
+    s->n_finished = e->n_finished;
+    s->kv_blocks_total = kv->max_blocks;
+    s->kv_blocks_used = kv->n_blocks - kv->n_free;
+    s->steps = e->steps;
+    s->tokens_fed = e->tokens_fed;
+    s->tokens_generated = e->tokens_generated;
+    s->preemptions = e->sched.preemptions;
+    s->step_seconds = e->step_seconds;
+    s->last_step_seconds = e->last_step_seconds;
+    s->last_step_seqs = e->sched.plan.n_items;
+    s->last_step_tokens = e->sched.plan.n_tokens;
+    if (e->step_seconds > 0) {
+        s->tokens_per_s = (double)e->tokens_fed / e->step_seconds;
+        s->generated_per_s = (double)e->tokens_generated / e->step_seconds;
+    }
+}

@@ -1,0 +1,14 @@
+/* Internal engine entry points beyond the public API (include/tide.h). */
+#ifndef TIDE_ENGINE_ENGINE_H
+#define TIDE_ENGINE_ENGINE_H
+
+#include "model/model.h"
+#include "tide.h"
+
+/* Like tide_engine_create, but over a model the caller loaded and keeps
+ * (cfg->model_dir is ignored; m must outlive the engine). Lets tests and
+ * embedders run several engines on one loaded checkpoint. */
+int tide_engine_create_with_model(const tide_engine_config *cfg, const tide_model *m, tide_engine **out,
+                                  tide_status *st);
+
+#endif

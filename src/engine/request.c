@@ -1,0 +1,104 @@
+/* Request validation and bookkeeping: see request.h. */
+#include "engine/request.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check(const tide_request *r, int64_t vocab, int32_t image_token, int64_t max_len,
+                 tide_status *st) {
+    if (!r->prompt || r->n_prompt < 1)
+        return tide_fail(st, TIDE_ERR_INVALID, "request: the prompt is empty (need at least one token id)");
+    for (int64_t i = 0; i < r->n_prompt; i++) {
+        int32_t t = r->prompt[i];
+        if (t < 0 || t >= vocab)
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "request: prompt token %lld: id %d is outside the vocabulary (0..%lld)",
+                             (long long)i, t, (long long)(vocab - 1));
+        if (image_token >= 0 && t == image_token)
+            return tide_fail(st, TIDE_ERR_UNSUPPORTED,
+                             "request: prompt token %lld is the image token %d: vision is not supported yet",
+                             (long long)i, t);
+    }
+    if (r->sampling.max_tokens < 1)
+        return tide_fail(st, TIDE_ERR_INVALID, "request: max_tokens is %lld; it must be at least 1",
+                         (long long)r->sampling.max_tokens);
+    /* the forward pass's own limit, checked without overflow */
+    int64_t limit = (int64_t)INT32_MAX / 2;
+    if (max_len > 0 && max_len < limit) limit = max_len;
+    if (r->n_prompt > limit || r->sampling.max_tokens > limit - r->n_prompt)
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         "request: prompt (%lld tokens) + max_tokens (%lld) exceeds the context of %lld tokens",
+                         (long long)r->n_prompt, (long long)r->sampling.max_tokens, (long long)limit);
+    if (tide_sampling_params_check(&r->sampling, (int32_t)vocab, st) != 0)
+        return tide_fail_ctx(st, "request");
+    return 0;
+}
+
+static void *dup_array(const void *src, size_t n, size_t size) {
+    if (n == 0 || !src) return NULL;
+    void *d = malloc(n * size);
+    if (d) memcpy(d, src, n * size);
+    return d;
+}
+
+int tide_req_create(const tide_request *r, int64_t vocab, int32_t image_token, int64_t max_len,
+                    uint64_t seed, tide_req **out, tide_status *st) {
+    *out = NULL;
+    if (!r) return tide_fail(st, TIDE_ERR_INVALID, "request: NULL");
+    if (check(r, vocab, image_token, max_len, st) != 0) return -1;
+    tide_req *q = calloc(1, sizeof *q);
+    if (!q) return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory");
+    q->user = r->user;
+    q->sp = r->sampling;
+    if (!r->has_seed) q->sp.seed = seed;
+    q->state = TIDE_REQ_WAITING;
+    q->n_prompt = q->n_tokens = r->n_prompt;
+    q->cap_tokens = r->n_prompt + (r->sampling.max_tokens < 64 ? r->sampling.max_tokens : 64);
+    q->tokens = malloc((size_t)q->cap_tokens * sizeof *q->tokens);
+    tide_logit_bias *bias = dup_array(r->sampling.logit_bias, (size_t)r->sampling.n_logit_bias, sizeof *bias);
+    int32_t *stop = dup_array(r->sampling.stop_tokens, (size_t)r->sampling.n_stop_tokens, sizeof *stop);
+    if (!q->tokens || (r->sampling.n_logit_bias > 0 && !bias) || (r->sampling.n_stop_tokens > 0 && !stop)) {
+        free(bias);
+        free(stop);
+        free(q->tokens);
+        free(q);
+        return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory");
+    }
+    memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
+    q->sp.logit_bias = bias;
+    q->sp.stop_tokens = stop;
+    *out = q;
+    return 0;
+}
+
+void tide_req_free(tide_req *q) {
+    if (!q) return;
+    free((void *)q->sp.logit_bias);
+    free((void *)q->sp.stop_tokens);
+    free(q->tokens);
+    free(q->error);
+    free(q);
+}
+
+int tide_req_push(tide_req *q, int32_t token, tide_status *st) {
+    if (q->n_tokens == q->cap_tokens) {
+        int64_t cap = 2 * q->cap_tokens;
+        int64_t most = q->n_prompt + q->sp.max_tokens;
+        if (cap > most) cap = most;
+        if (cap <= q->n_tokens) cap = q->n_tokens + 1;
+        int32_t *t = realloc(q->tokens, (size_t)cap * sizeof *t);
+        if (!t) return tide_fail(st, TIDE_ERR_NOMEM, "request %lld: out of memory", (long long)q->id);
+        q->tokens = t;
+        q->cap_tokens = cap;
+    }
+    q->tokens[q->n_tokens++] = token;
+    return 0;
+}
+
+void tide_req_set_error(tide_req *q, const char *msg) {
+    if (q->error) return;
+    size_t n = strlen(msg);
+    q->error = malloc(n + 1);
+    if (q->error) memcpy(q->error, msg, n + 1);
+}

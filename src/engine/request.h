@@ -1,0 +1,48 @@
+/* One request inside the engine: what was asked (prompt, sampling
+ * parameters with owned copies of their arrays, seed) and where it stands
+ * (state, generated tokens, the sequence cache while it runs).
+ *
+ * The prompt and the generated tokens live in one array, `tokens`: the
+ * sequence the model sees. The cache has consumed tokens[0, cache.pos);
+ * a running request feeds tokens[pos, n_tokens) over one or more steps and,
+ * when pos reaches n_tokens, samples the next token. So decode, chunked
+ * prefill and recompute after preemption are one mechanism. */
+#ifndef TIDE_ENGINE_REQUEST_H
+#define TIDE_ENGINE_REQUEST_H
+
+#include <stdint.h>
+
+#include "cache/seq_cache.h"
+#include "tide.h"
+
+typedef struct tide_req {
+    tide_request_id id;
+    void *user;
+    tide_sampling_params sp;  /* logit_bias / stop_tokens point at owned copies */
+    tide_request_state state;
+    tide_finish_reason reason;
+    char *error;              /* ERROR: owned message */
+    int32_t *tokens;          /* prompt ++ output */
+    int64_t n_prompt, n_tokens, cap_tokens;
+    int has_cache;
+    tide_seq_cache cache;     /* valid while has_cache */
+    int64_t n_preempted;
+} tide_req;
+
+/* Validates r against a model (vocabulary, image token, context length) and
+ * makes a WAITING request with owned copies of everything. seed is used when
+ * r has none. */
+int tide_req_create(const tide_request *r, int64_t vocab, int32_t image_token, int64_t max_len,
+                    uint64_t seed, tide_req **out, tide_status *st);
+/* Frees the request; its cache must already be released. */
+void tide_req_free(tide_req *q);
+
+static inline int64_t tide_req_n_output(const tide_req *q) { return q->n_tokens - q->n_prompt; }
+static inline const int32_t *tide_req_output(const tide_req *q) { return q->tokens + q->n_prompt; }
+
+/* Appends a generated token. */
+int tide_req_push(tide_req *q, int32_t token, tide_status *st);
+/* Records a failure message (keeps the first). */
+void tide_req_set_error(tide_req *q, const char *msg);
+
+#endif
