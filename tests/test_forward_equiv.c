@@ -15,34 +15,10 @@
 #include "model/model.h"
 #include "test_ops_util.h"
 
-typedef struct {
-    char *dir;
-    tide_model *m;
-    uint64_t seed;
-} fixture;
+typedef tn_model_fixture fixture;
 
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    f->seed = tu_seed();
-    f->dir = tu_mkdtemp("fwdeq");
-    if (tn_synth(f->dir, "tiny", f->seed % 100000 + 1) != 0) return -1;
-    tide_status st = {0};
-    if (tide_model_load(f->dir, &f->m, &st) != 0) {
-        fprintf(stderr, "load: %s\n", st.msg);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    tide_model_free(f->m);
-    tu_rmtree(f->dir);
-    free(f->dir);
-    free(f);
-    return 0;
-}
+static int setup(void **state) { return tn_model_setup(state, "fwdeq", 0); }
+static int teardown(void **state) { return tn_model_teardown(state); }
 
 static void prompt(uint64_t seed, int32_t *p, int n, const tide_model *m) {
     tu_rng r = {seed};

@@ -96,45 +96,12 @@ static void random_prompt(tu_rng *r, int32_t *p, int n, int64_t V, int64_t image
     }
 }
 
-typedef struct {
-    char *dir;
-    tide_model *m;
-    uint64_t seed;
-    int skip; /* no tokenizer.json: the oracle cannot run */
-} fixture;
+typedef tn_model_fixture fixture;
 
 /* One checkpoint for the whole program (synth, load). The engine uses its
  * own RoPE frequencies: both sides follow the float64-rounded-once rule. */
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    f->seed = tu_seed() % 100000 + 1;
-    f->dir = tu_mkdtemp("fwdref");
-    /* TIDE_TEST_SHAPE=small runs the same comparisons on another shape (slow) */
-    const char *shape = getenv("TIDE_TEST_SHAPE");
-    if (tn_synth(f->dir, shape && *shape ? shape : "tiny", f->seed) != 0) return -1;
-    *state = f;
-    if (!tn_has_tokenizer(f->dir)) {
-        fprintf(stderr, "no stand-in tokenizer (scripts/oracle-deps.sh or $TIDE_TOKENIZER): skipping\n");
-        f->skip = 1;
-        return 0;
-    }
-    tide_status st = {0};
-    if (tide_model_load(f->dir, &f->m, &st) != 0) {
-        fprintf(stderr, "load: %s\n", st.msg);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    tide_model_free(f->m);
-    tu_rmtree(f->dir);
-    free(f->dir);
-    free(f);
-    return 0;
-}
+static int setup(void **state) { return tn_model_setup(state, "fwdref", 1); }
+static int teardown(void **state) { return tn_model_teardown(state); }
 
 static void compare_case(const fixture *f, uint64_t pseed, int np, int n_dec, int chunk, mode md) {
     if (f->skip) skip();
