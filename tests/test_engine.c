@@ -18,7 +18,7 @@
 
 typedef tn_model_fixture fixture;
 
-static int setup(void **state) { return tn_model_setup(state, "engine", 0); }
+static int setup(void **state) { return tn_model_setup(state, "engine", 0, 0); }
 static int teardown(void **state) { return tn_model_teardown(state); }
 
 /* A set of requests: prompts of 1..max_prompt random tokens, 1..max_new tokens. */

@@ -17,7 +17,7 @@
 
 typedef tn_model_fixture fixture;
 
-static int setup(void **state) { return tn_model_setup(state, "fwdeq", 0); }
+static int setup(void **state) { return tn_model_setup(state, "fwdeq", 0, 0); }
 static int teardown(void **state) { return tn_model_teardown(state); }
 
 static void prompt(uint64_t seed, int32_t *p, int n, const tide_model *m) {

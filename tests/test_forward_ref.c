@@ -100,7 +100,8 @@ typedef tn_model_fixture fixture;
 
 /* One checkpoint for the whole program (synth, load). The engine uses its
  * own RoPE frequencies: both sides follow the float64-rounded-once rule. */
-static int setup(void **state) { return tn_model_setup(state, "fwdref", 1); }
+static int n_setups; /* each group gets its own checkpoint seed */
+static int setup(void **state) { return tn_model_setup(state, "fwdref", 1, (uint64_t)n_setups++); }
 static int teardown(void **state) { return tn_model_teardown(state); }
 
 static void compare_case(const fixture *f, uint64_t pseed, int np, int n_dec, int chunk, mode md) {
@@ -174,5 +175,11 @@ int main(void) {
         cmocka_unit_test(test_intended_keys),
         cmocka_unit_test(test_chunked),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    /* Three checkpoints from three seeds: weights, routing and top-k ties
+     * differ, so each exercises the comparisons on fresh ground. */
+    int failed = 0;
+    failed += cmocka_run_group_tests_name("checkpoint seed 1", tests, setup, teardown);
+    failed += cmocka_run_group_tests_name("checkpoint seed 2", tests, setup, teardown);
+    failed += cmocka_run_group_tests_name("checkpoint seed 3", tests, setup, teardown);
+    return failed;
 }

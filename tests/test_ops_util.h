@@ -164,7 +164,8 @@ static inline int tn_has_tokenizer(const char *dir) {
 
 /* The fixture of the model-level tests: a synthetic checkpoint (tiny, or
  * $TIDE_TEST_SHAPE, e.g. small: slow) written to a fresh temporary directory
- * from a fresh seed, and loaded. When the oracle is needed (need_tokenizer)
+ * from a fresh seed (varied by salt, for several checkpoints in one run),
+ * and loaded. When the oracle is needed (need_tokenizer)
  * and no stand-in tokenizer exists, skip is set and nothing is loaded; under
  * CI (CI set) that is a failure instead, so a missing setup step cannot hide
  * a test. */
@@ -175,11 +176,11 @@ typedef struct {
     int skip;
 } tn_model_fixture;
 
-static inline int tn_model_setup(void **state, const char *tag, int need_tokenizer) {
+static inline int tn_model_setup(void **state, const char *tag, int need_tokenizer, uint64_t salt) {
     tn_model_fixture *f = calloc(1, sizeof *f);
     if (!f) return -1;
     *state = f;
-    f->seed = tu_seed() % 100000 + 1;
+    f->seed = (tu_seed() + salt * 7919) % 100000 + 1;
     f->dir = tu_mkdtemp(tag);
     const char *shape = getenv("TIDE_TEST_SHAPE");
     if (!f->dir || tn_synth(f->dir, shape && *shape ? shape : "tiny", f->seed) != 0) return -1;
