@@ -84,20 +84,11 @@ static int window_entries(const tide_step *s, int layer, int64_t r, const float 
     return cnt;
 }
 
-void tide_attention(tide_step *s, int layer, const float *x, float *out) {
-    const tide_model *m = s->m;
-    const tide_text_config *c = &m->cfg.text;
-    const tide_layer *L = &m->layers[layer];
-    const tide_attn_weights *a = &L->attn;
-    const tide_layer_role *role = L->role;
+void tide_attn_project(tide_step *s, int layer, const float *x, float *qr, float *q, float *kv) {
+    const tide_text_config *c = &s->m->cfg.text;
+    const tide_attn_weights *a = &s->m->layers[layer].attn;
     const tide_ops *ops = s->ops;
     int64_t rows = s->rows, H = c->num_attention_heads, Dh = c->head_dim, QL = c->q_lora_rank;
-    int64_t G = c->o_groups, R = c->o_lora_rank, win = c->sliding_window;
-    int ratio = role->compress_ratio;
-
-    float *qr = tide_xmalloc((size_t)(rows * QL) * sizeof(float));
-    float *q = tide_xmalloc((size_t)(rows * H * Dh) * sizeof(float));
-    float *kv = tide_xmalloc((size_t)(rows * Dh) * sizeof(float));
     ops->linear(s->pool, &a->wq_a, x, rows, qr, TIDE_LIN_BF16_OUT);
     ops->rmsnorm(s->pool, qr, rows, QL, a->q_norm, c->rms_norm_eps, qr);
     ops->linear(s->pool, &a->wq_b, qr, rows, q, TIDE_LIN_BF16_OUT);
@@ -108,6 +99,33 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
         tide_rope_tail(s, layer, kv + r * Dh, 1, Dh, s->row_pos[r], 0);
         tide_sim_fp8_act(kv + r * Dh, (size_t)Dh, 32);
     }
+}
+
+void tide_attn_output(tide_step *s, int layer, const float *q, const tide_attn_row *ar, float *o, float *out) {
+    const tide_text_config *c = &s->m->cfg.text;
+    const tide_attn_weights *a = &s->m->layers[layer].attn;
+    int64_t rows = s->rows, H = c->num_attention_heads, Dh = c->head_dim;
+    int64_t G = c->o_groups, R = c->o_lora_rank;
+    s->ops->sparse_attn(s->pool, q, rows, (int)H, Dh, ar, a->sink, (float)(1.0 / sqrt((double)Dh)), o);
+    for (int64_t r = 0; r < rows; r++) tide_rope_tail(s, layer, o + r * H * Dh, H, Dh, s->row_pos[r], 1);
+    float *oa = tide_xmalloc((size_t)(rows * G * R) * sizeof(float));
+    wo_a_grouped(s, &a->wo_a, o, G, R, oa);
+    s->ops->linear(s->pool, &a->wo_b, oa, rows, out, TIDE_LIN_BF16_OUT);
+    free(oa);
+}
+
+void tide_attention(tide_step *s, int layer, const float *x, float *out) {
+    const tide_model *m = s->m;
+    const tide_text_config *c = &m->cfg.text;
+    const tide_layer_role *role = m->layers[layer].role;
+    int64_t rows = s->rows, H = c->num_attention_heads, Dh = c->head_dim, QL = c->q_lora_rank;
+    int64_t win = c->sliding_window;
+    int ratio = role->compress_ratio;
+
+    float *qr = tide_xmalloc((size_t)(rows * QL) * sizeof(float));
+    float *q = tide_xmalloc((size_t)(rows * H * Dh) * sizeof(float));
+    float *kv = tide_xmalloc((size_t)(rows * Dh) * sizeof(float));
+    tide_attn_project(s, layer, x, qr, q, kv);
 
     const tide_fwd_opts *dopt = &s->fx->opt;
     if (dopt->dump) {
@@ -176,12 +194,8 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
         ar[r].n_idx = n;
     }
     float *o = tide_xmalloc((size_t)(rows * H * Dh) * sizeof(float));
-    ops->sparse_attn(s->pool, q, rows, (int)H, Dh, ar, a->sink, (float)(1.0 / sqrt((double)Dh)), o);
-    for (int64_t r = 0; r < rows; r++) tide_rope_tail(s, layer, o + r * H * Dh, H, Dh, s->row_pos[r], 1);
+    tide_attn_output(s, layer, q, ar, o, out);
     if (dopt->dump) dopt->dump(dopt->dump_ctx, "o", layer, o, rows, H * Dh);
-    float *oa = tide_xmalloc((size_t)(rows * G * R) * sizeof(float));
-    wo_a_grouped(s, &a->wo_a, o, G, R, oa);
-    ops->linear(s->pool, &a->wo_b, oa, rows, out, TIDE_LIN_BF16_OUT);
 
     /* the ring takes this step's window KV (after every query has read it) */
     for (int64_t r = 0; r < rows; r++) {
@@ -194,5 +208,4 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
     free(ents);
     free(ar);
     free(o);
-    free(oa);
 }

@@ -71,23 +71,12 @@ static void draft_attn(tide_step *s, int layer, const float *x, float *out, void
     const draft_arg *da = varg;
     const tide_model *m = s->m;
     const tide_text_config *c = &m->cfg.text;
-    const tide_attn_weights *a = &m->layers[layer].attn;
-    const tide_ops *ops = s->ops;
     int64_t B = s->rows, H = c->num_attention_heads, Dh = c->head_dim, QL = c->q_lora_rank;
-    int64_t G = c->o_groups, R = c->o_lora_rank, win = c->sliding_window;
+    int64_t win = c->sliding_window;
     float *qr = tide_xmalloc((size_t)(B * QL) * sizeof(float));
     float *q = tide_xmalloc((size_t)(B * H * Dh) * sizeof(float));
     float *kv = tide_xmalloc((size_t)(B * Dh) * sizeof(float));
-    ops->linear(s->pool, &a->wq_a, x, B, qr, TIDE_LIN_BF16_OUT);
-    ops->rmsnorm(s->pool, qr, B, QL, a->q_norm, c->rms_norm_eps, qr);
-    ops->linear(s->pool, &a->wq_b, qr, B, q, TIDE_LIN_BF16_OUT);
-    ops->linear(s->pool, &a->wkv, x, B, kv, TIDE_LIN_BF16_OUT);
-    ops->rmsnorm(s->pool, kv, B, Dh, a->kv_norm, c->rms_norm_eps, kv);
-    for (int64_t r = 0; r < B; r++) {
-        tide_rope_tail(s, layer, q + r * H * Dh, H, Dh, s->row_pos[r], 0);
-        tide_rope_tail(s, layer, kv + r * Dh, 1, Dh, s->row_pos[r], 0);
-        tide_sim_fp8_act(kv + r * Dh, (size_t)Dh, 32);
-    }
+    tide_attn_project(s, layer, x, qr, q, kv);
     int64_t nr = da->sp + 1 < win ? da->sp + 1 : win, per = nr + B;
     const float **ents = tide_xmalloc((size_t)(B * per) * sizeof(float *));
     tide_attn_row *ar = tide_xmalloc((size_t)B * sizeof *ar);
@@ -99,46 +88,17 @@ static void draft_attn(tide_step *s, int layer, const float *x, float *out, void
         ar[r].n_idx = (int)per;
     }
     float *o = tide_xmalloc((size_t)(B * H * Dh) * sizeof(float));
-    ops->sparse_attn(s->pool, q, B, (int)H, Dh, ar, a->sink, (float)(1.0 / sqrt((double)Dh)), o);
-    for (int64_t r = 0; r < B; r++) tide_rope_tail(s, layer, o + r * H * Dh, H, Dh, s->row_pos[r], 1);
-    /* grouped wo_a then wo_b, as the backbone's attention */
-    float *oa = tide_xmalloc((size_t)(B * G * R) * sizeof(float));
-    int64_t gin = a->wo_a.in;
-    float *xin = tide_xmalloc((size_t)(B * gin) * sizeof(float));
-    float *yo = tide_xmalloc((size_t)(B * R) * sizeof(float));
-    size_t el = a->wo_a.type == TIDE_W_F32 ? 4 : 2;
-    for (int64_t g = 0; g < G; g++) {
-        for (int64_t r = 0; r < B; r++) memcpy(xin + r * gin, o + (r * G + g) * gin, (size_t)gin * sizeof(float));
-        tide_weight wg = a->wo_a;
-        wg.out = R;
-        wg.data = (const uint8_t *)a->wo_a.data + (size_t)(g * R * gin) * el;
-        ops->linear(s->pool, &wg, xin, B, yo, TIDE_LIN_BF16_OUT);
-        for (int64_t r = 0; r < B; r++) memcpy(oa + (r * G + g) * R, yo + r * R, (size_t)R * sizeof(float));
-    }
-    ops->linear(s->pool, &a->wo_b, oa, B, out, TIDE_LIN_BF16_OUT);
+    tide_attn_output(s, layer, q, ar, o, out); /* as the backbone's attention */
     free(qr);
     free(q);
     free(kv);
     free(ents);
     free(ar);
     free(o);
-    free(oa);
-    free(xin);
-    free(yo);
 }
 
 static void embed_rows(const tide_weight *w, const int32_t *ids, int64_t n, float *out) {
-    const uint8_t *d = w->data;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t i = 0; i < w->in; i++) {
-            if (w->type == TIDE_W_F32) {
-                memcpy(&out[r * w->in + i], d + ((int64_t)ids[r] * w->in + i) * 4, 4);
-            } else {
-                uint16_t b;
-                memcpy(&b, d + ((int64_t)ids[r] * w->in + i) * 2, 2);
-                out[r * w->in + i] = tide_bf16_to_f32(b);
-            }
-        }
+    for (int64_t r = 0; r < n; r++) tide_weight_row(w, ids[r], out + r * w->in);
 }
 
 int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hidden_row, int64_t sp,

@@ -160,23 +160,27 @@ static int engram_layer(const tide_step *s, const tide_layer *L, const int64_t *
     return rc;
 }
 
+void tide_weight_row(const tide_weight *w, int64_t row, float *dst) {
+    const uint8_t *d = w->data;
+    if (w->type == TIDE_W_F32) {
+        memcpy(dst, d + (size_t)(row * w->in) * 4, (size_t)w->in * 4);
+        return;
+    }
+    for (int64_t i = 0; i < w->in; i++) {
+        uint16_t b;
+        memcpy(&b, d + (size_t)(row * w->in + i) * 2, 2);
+        dst[i] = tide_bf16_to_f32(b);
+    }
+}
+
 static void embed(const tide_step *s, float *h) {
     const tide_model *m = s->m;
     int64_t D = m->cfg.text.hidden_size, hc = m->cfg.text.hc_mult;
-    const uint8_t *e = m->embed.data;
     for (int q = 0; q < s->n_seqs; q++)
         for (int64_t i = 0; i < s->seqs[q].n_tokens; i++) {
             int64_t r = s->seq_row0[q] + i, id = s->seqs[q].tokens[i];
             float *dst = h + r * hc * D;
-            for (int64_t d = 0; d < D; d++) {
-                if (m->embed.type == TIDE_W_F32) {
-                    memcpy(&dst[d], e + (id * D + d) * 4, 4);
-                } else {
-                    uint16_t b;
-                    memcpy(&b, e + (id * D + d) * 2, 2);
-                    dst[d] = tide_bf16_to_f32(b);
-                }
-            }
+            tide_weight_row(&m->embed, id, dst);
             for (int64_t c = 1; c < hc; c++) memcpy(dst + c * D, dst, (size_t)D * sizeof(float));
         }
 }
