@@ -171,7 +171,7 @@ static int check_hc_quant(const tide_config *cfg, tide_status *st) {
 static int check_layers(const tide_config *cfg, tide_status *st) {
     const tide_text_config *x = &cfg->text;
     int64_t L = x->num_hidden_layers, M = x->num_nextn_predict_layers;
-    if (L < 1 || M < 0 || L + M > TIDE_MAX_LAYERS)
+    if (L < 1 || M < 0 || L > TIDE_MAX_LAYERS || M > TIDE_MAX_LAYERS || L + M > TIDE_MAX_LAYERS)
         return tide_fail(st, TIDE_ERR_INVALID,
                          T "num_hidden_layers = %lld and num_nextn_predict_layers = %lld: need >= 1 and >= 0, "
                            "at most %d layers in all",
