@@ -8,7 +8,9 @@
  * After every step:
  *   - every page's reference count equals the model's (never negative) and
  *     the free queue is exactly the unreferenced pages, with sound links;
- *   - n_cached counts the entries;
+ *   - n_cached counts the entries, n_idle the unreferenced ones (what the
+ *     scheduler counts as reclaimable), and the eviction hook has fired once
+ *     per evicted entry, each time for a page whose entry is gone;
  * and at each step:
  *   - an allocation only ever hands out an unreferenced page (a referenced
  *     page's contents are never reused);
@@ -53,7 +55,14 @@ typedef struct model {
     int32_t content_len[MAX_PAGES];
     uint64_t content_salt[MAX_PAGES];
     seq s[MAX_SEQ];
+    int64_t hook_calls;        /* on_evict calls: one per evicted entry */
 } model;
+
+static void on_evict(void *ctx, int32_t page) {
+    model *m = ctx;
+    CHECK(page >= 0 && page < m->n_pages && !m->pc.cached[page]);
+    m->hook_calls++;
+}
 
 typedef struct input {
     const uint8_t *p;
@@ -68,15 +77,18 @@ static uint8_t next(input *in) {
 
 static void check_invariants(const model *m) {
     const tide_page_alloc *pa = &m->pc.pages;
-    int32_t n_zero = 0, n_cached = 0;
+    int32_t n_zero = 0, n_cached = 0, n_idle = 0;
     for (int32_t p = 0; p < m->n_pages; p++) {
         CHECK(pa->ref[p] >= 0);
         CHECK(pa->ref[p] == m->ref[p]);
         n_zero += pa->ref[p] == 0;
         n_cached += m->pc.cached[p] != 0;
+        n_idle += m->pc.cached[p] && pa->ref[p] == 0;
     }
     CHECK(pa->n_free == n_zero);
     CHECK(m->pc.stats.n_cached == n_cached);
+    CHECK(m->pc.n_idle == n_idle); /* the evictable count the scheduler relies on */
+    CHECK(m->hook_calls == m->pc.stats.evicted);
     int32_t seen = 0, prev = -1;
     for (int32_t p = pa->head; p >= 0; p = pa->next[p]) {
         CHECK(p < m->n_pages && seen < m->n_pages); /* no cycle */
@@ -229,6 +241,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int hash_bits = next(&in) % 2 ? 64 : 2;
     tide_status st = {0};
     CHECK(tide_prefix_init(&m->pc, m->P, m->n_pages, hash_bits, &st) == 0);
+    m->pc.on_evict = on_evict;
+    m->pc.evict_ctx = m;
     for (int steps = 0; in.n > 0 && steps < 200; steps++) {
         uint8_t op = next(&in);
         seq *s = &m->s[(op >> 3) % MAX_SEQ];

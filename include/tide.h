@@ -24,7 +24,11 @@
  * generated token, one when a request finishes) or by polling
  * tide_engine_get. A request's tokens depend only on its prompt, its
  * parameters and its seed, never on what shares its batch, nor on
- * preemption (docs/engine.md, "Engine").
+ * preemption (docs/engine.md, "Engine"), except that a request whose prefix
+ * hits the prefix cache (an earlier request's pages, or its own after a
+ * preemption) follows the SWA bounded-replay semantics unless prefix_replay
+ * is -1 in the chunking-invariant mode (docs/engine.md, "The prefix cache in
+ * the scheduler").
  *
  * Errors: every fallible function returns 0 or -1 and fills a tide_status
  * (base/status.h) with a message that says what was wrong. Not thread-safe:
@@ -70,6 +74,7 @@ typedef struct tide_event {
     int64_t n_prompt;
     tide_finish_reason reason; /* FINISHED */
     const char *error;         /* FINISHED with ERROR: the message; else NULL */
+    int64_t n_cached;          /* tokens served by the prefix cache (tide_request_info.n_cached) */
 } tide_event;
 
 /* Called from inside tide_engine_step / _run / _cancel. It must not call the
@@ -94,6 +99,23 @@ typedef struct tide_engine_config {
     int canonical_layout;      /* default 0 (the reference's layouts) */
     int index_key_quirk;       /* default 1 (the reference's behaviour) */
     uint64_t seed;             /* requests without a seed get one derived from this */
+    /* Prefix cache (docs/engine.md section 4): full pages of page_tokens
+     * tokens keep their global KV (compressed latents and index keys) after
+     * a request ends; a request whose prompt starts with cached pages shares
+     * them instead of computing them, and rebuilds its window rings by
+     * recomputing the last prefix_replay tokens before the hit ("SWA bounded
+     * replay"). Cached pages nobody uses are evicted, least recently used
+     * first, when the KV pool needs their blocks. */
+    int prefix_cache;          /* 1 = on (default), 0 = off */
+    /* Tokens per page: a multiple of every KV source's compress ratio times
+     * kv_block. 0 (default) = the smallest such multiple >= 128 (128 for the
+     * released shape with kv_block 64). */
+    int64_t page_tokens;
+    /* Tokens recomputed before the hit on a cache hit; default 140 (the
+     * window of 128 + backtracking). -1 = the whole prefix: only the global KV
+     * writes are saved, and in the chunking-invariant mode the result is
+     * exactly that of a cold prefill. */
+    int64_t prefix_replay;
     tide_event_fn on_event;    /* optional */
     void *event_ctx;
 } tide_engine_config;
@@ -113,6 +135,9 @@ typedef struct tide_request {
     tide_sampling_params sampling;
     int has_seed;              /* 0: the engine derives a seed (reported in tide_request_info) */
     void *user;                /* handed back in events */
+    /* Prefix-cache isolation: requests share cached pages only with requests
+     * of the same salt (e.g. a hash of the tenant id). Default 0. */
+    uint64_t cache_salt;
 } tide_request;
 
 tide_request tide_request_default(void);
@@ -151,6 +176,11 @@ typedef struct tide_request_info {
     int64_t n_output;
     uint64_t seed;             /* the seed used (given or derived) */
     int64_t n_preempted;       /* times it was preempted and recomputed */
+    /* Tokens whose global KV came from the prefix cache when the request was
+     * (last) admitted: a multiple of page_tokens, at most its length - 1.
+     * After a preemption the request may hit its own pages, so this can
+     * cover generated tokens too. */
+    int64_t n_cached;
 } tide_request_info;
 
 /* Finished requests stay until released. Unknown id: fails. */
@@ -172,9 +202,27 @@ typedef struct tide_engine_stats {
     int64_t last_step_tokens;  /* tokens fed in the last step */
     double tokens_per_s;       /* tokens_fed / step_seconds */
     double generated_per_s;    /* tokens_generated / step_seconds */
+    /* Prefix cache (all 0 when it is off). Counted once per admission
+     * (readmissions after preemption included). */
+    int64_t prefix_lookup_tokens; /* tokens looked up: the sequence less its last token */
+    int64_t prefix_hit_tokens;    /* of those, found in cached pages (their KV was not computed) */
+    double prefix_hit_rate;       /* prefix_hit_tokens / prefix_lookup_tokens (0 when none) */
+    int64_t prefix_replay_tokens; /* tokens recomputed to rebuild the windows of hits */
+    int64_t prefix_hits;          /* admissions with at least one page found */
+    int64_t page_tokens;          /* tokens per page in use */
+    int64_t prefix_pages_total;   /* page ids the index can hold */
+    int64_t prefix_pages_in_use;  /* pages referenced by running requests */
+    int64_t prefix_pages_cached;  /* pages with an entry (reusable), in use or not */
+    int64_t prefix_pages_idle;    /* cached pages nobody uses: evictable */
+    int64_t prefix_evictions;     /* cached pages evicted (their blocks reclaimed) */
+    int64_t kv_blocks_cached;     /* blocks held only by idle cached pages (reclaimable) */
 } tide_engine_stats;
 
 void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s);
+
+/* Evicts every cached page that no running request uses (their KV blocks
+ * return to the pool); returns how many. */
+int64_t tide_engine_clear_prefix_cache(tide_engine *e);
 
 /* The vocabulary size of the loaded model (for callers that validate). */
 int64_t tide_engine_vocab_size(const tide_engine *e);

@@ -485,7 +485,8 @@ static void test_cli_jsonl(void **state) {
         char want[1024];
         int n = snprintf(want, sizeof want, "{\"id\":\"r%d\",\"output_ids\":[", i);
         for (int64_t j = 0; j < ref.n_out[i]; j++) n += snprintf(want + n, sizeof want - (size_t)n, "%s%d", j ? "," : "", ref.out[i][j]);
-        snprintf(want + n, sizeof want - (size_t)n, "],\"finish_reason\":\"length\",\"prompt_tokens\":%lld,\"completion_tokens\":%lld}",
+        snprintf(want + n, sizeof want - (size_t)n,
+                 "],\"finish_reason\":\"length\",\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"cached_tokens\":0}",
                  (long long)rs.n_prompt[i], (long long)ref.n_out[i]);
         if (!strstr(text, want)) fail_msg("missing %s in\n%s", want, text);
     }

@@ -505,14 +505,16 @@ static void compare(const tide_prefix_cache *pc, const model *m) {
         assert_int_equal(p, m->q[i]);
     }
     assert_int_equal(i, m->qn);
-    int cached = 0;
+    int cached = 0, idle = 0;
     for (int32_t p = 0; p < MP; p++) {
         assert_int_equal(pc->pages.ref[p], m->ref[p]);
         assert_int_equal(pc->cached[p], m->e[p].valid);
         cached += m->e[p].valid;
+        idle += m->e[p].valid && m->ref[p] == 0;
     }
     tide_prefix_stats s = tide_prefix_get_stats(pc);
     assert_int_equal(s.n_cached, cached);
+    assert_int_equal(s.n_idle, idle); /* what the scheduler counts as reclaimable */
     assert_int_equal(s.evicted, m->evicted);
 }
 
@@ -593,6 +595,58 @@ static void test_random_vs_model(void **state) {
     }
 }
 
+/* The eviction hook (how the scheduler frees a page's KV blocks) fires once
+ * per evicted entry, for reuse by alloc and for tide_prefix_evict, never for
+ * a page that stays cached; n_idle counts the evictable pages throughout. */
+typedef struct {
+    int32_t pages[64];
+    int n;
+} evict_log;
+
+static void log_evict(void *ctx, int32_t page) {
+    evict_log *l = ctx;
+    l->pages[l->n++] = page;
+}
+
+static void test_evict_hook(void **state) {
+    (void)state;
+    tu_rng r = {tu_seed() ^ 0x77};
+    tide_prefix_cache pc;
+    init(&pc, 4, 64);
+    evict_log log = {{0}, 0};
+    pc.on_evict = log_evict;
+    pc.evict_ctx = &log;
+    int32_t a[2 * P], b[2 * P], pa[2], pb[2], got[64];
+    random_tokens(&r, a, 2 * P);
+    random_tokens(&r, b, 2 * P);
+    alloc_n(&pc, pa, 2);
+    insert(&pc, a, 2 * P, 0, pa, 2);
+    assert_int_equal(tide_prefix_get_stats(&pc).n_idle, 0); /* referenced */
+    release(&pc, pa, 2);
+    assert_int_equal(tide_prefix_get_stats(&pc).n_idle, 2);
+    assert_int_equal(lookup(&pc, a, 2 * P, 0, got), 2);
+    assert_int_equal(tide_prefix_get_stats(&pc).n_idle, 0);
+    release(&pc, got, 2);
+    alloc_n(&pc, pb, 2); /* the two empty pages: no eviction */
+    assert_int_equal(log.n, 0);
+    insert(&pc, b, 2 * P, 0, pb, 2);
+    release(&pc, pb, 2);
+    assert_int_equal(tide_prefix_get_stats(&pc).n_idle, 4);
+    int32_t one;
+    alloc_n(&pc, &one, 1); /* reuses the LRU page: a's deeper page */
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.pages[0], one);
+    assert_int_equal(one, pa[1]);
+    assert_int_equal(tide_prefix_get_stats(&pc).n_idle, 3);
+    release(&pc, &one, 1); /* uncached: not idle */
+    assert_int_equal(tide_prefix_get_stats(&pc).n_idle, 3);
+    assert_int_equal(tide_prefix_evict(&pc, 64), 3);
+    assert_int_equal(log.n, 4);
+    assert_int_equal(tide_prefix_get_stats(&pc).n_idle, 0);
+    assert_int_equal(tide_prefix_get_stats(&pc).n_cached, 0);
+    tide_prefix_free(&pc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hit_miss),       cmocka_unit_test(test_chain),
@@ -600,7 +654,7 @@ int main(void) {
         cmocka_unit_test(test_referenced_survive), cmocka_unit_test(test_duplicate_insert),
         cmocka_unit_test(test_collisions),     cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_page_alloc),     cmocka_unit_test(test_hash_spread),
-        cmocka_unit_test(test_random_vs_model),
+        cmocka_unit_test(test_random_vs_model), cmocka_unit_test(test_evict_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,8 @@
 #   on every test, racecheck on the kernels that share memory, small shapes),
 #   the SASS check (tensor-core instructions present) and the benchmark.
 #   Every tests/gpu/gpu_test_* program is run (the op tests: gpu_test_attn,
-#   _hc, _rope_fp4, _index, _moe, besides rmsnorm, quant_fp8 and gemm).
+#   _hc, _rope_fp4, _index, _moe, _experts, _linear, _elementwise, besides
+#   rmsnorm, quant_fp8 and gemm).
 # Full logs go to $OUT (env.log, build.log, tests.log, sass.txt,
 # sanitizer.log, bench.log); a summary table is written LAST to $OUT/summary.md and printed,
 # so it ends the tool's output tail. Exit status: 0 when every step passed.
@@ -12,7 +13,9 @@
 #   device run:  bash scripts/gpu/check.sh      (carry: [".gpu-debs"])
 #
 # TIDE_TEST_SEED fixes the tests' random inputs (default: a fresh seed,
-# printed in the summary).
+# printed in the summary). TIDE_GPU_STEPS picks the steps (default
+# "tests sass sanitizer bench"; the build always runs, and is incremental when
+# the machine still has the build directory of an earlier call).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/tide-gpu-out}
@@ -21,6 +24,8 @@ B=${TIDE_GPU_BUILD:-/tmp/tide-gpu-build}
 export TIDE_TEST_SEED=${TIDE_TEST_SEED:-$(( ($(date +%s) << 16) ^ $$ ))}
 steps=()
 overall=0
+want=" ${TIDE_GPU_STEPS:-tests sass sanitizer bench} "
+on() { case "$want" in *" $1 "*) return 0 ;; esac; return 1; }
 t_start=$(date +%s)
 
 step() { # name status seconds note
@@ -65,9 +70,11 @@ export LD_LIBRARY_PATH=${TIDE_PREFIX:-/tmp/tide-prefix}/usr/lib/x86_64-linux-gnu
 
 tests=()
 for t in "$B"/gpu_test_*; do [ -x "$t" ] && tests+=("$t"); done
+tests_run=("${tests[@]}")
 
 # 2. Tests (full shapes).
-for t in "${tests[@]}"; do
+on tests || tests_run=()
+for t in "${tests_run[@]}"; do
   n=$(basename "$t")
   timed "$OUT/tests.log" timeout 180 "$t"
   case $rc in
@@ -79,7 +86,8 @@ done
 
 # 3. SASS: which tensor-core instructions the kernels use (QMMA/QGMMA: fp8
 #    native; HMMA: f16, which is how Hopper runs an fp8 mma.sync).
-if [ -x "$B/gpu_test_gemm" ] && command -v cuobjdump >/dev/null 2>&1; then
+if ! on sass; then :
+elif [ -x "$B/gpu_test_gemm" ] && command -v cuobjdump >/dev/null 2>&1; then
   cuobjdump --dump-sass "$B/gpu_test_gemm" >"$OUT/sass.txt" 2>&1
   q=$(grep -c "QMMA" "$OUT/sass.txt"); h=$(grep -c "HMMA" "$OUT/sass.txt")
   ldl=$(grep -cE "\bLDL\b|\bSTL\b" "$OUT/sass.txt")
@@ -93,7 +101,8 @@ fi
 
 # 4. compute-sanitizer on small shapes.
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-if [ -n "$cs" ]; then
+if ! on sanitizer; then :
+elif [ -n "$cs" ]; then
   for t in "${tests[@]}"; do
     n=$(basename "$t")
     echo "### memcheck $n" >>"$OUT/sanitizer.log"
@@ -101,9 +110,12 @@ if [ -n "$cs" ]; then
     step "memcheck $n" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$secs" "$([ $rc -eq 0 ] || echo "exit $rc")"
   done
   # racecheck: the kernels that share memory between threads (GEMM tiles,
-  # RMSNorm, and the op kernels: attention, hc mixes, indexer top-k, routing)
+  # RMSNorm, and the op kernels: attention, hc mixes, indexer top-k, routing,
+  # the grouped expert GEMMs and their bucketing, the f32 linear's tiles,
+  # engram_mix and argmax)
   for t in "$B/gpu_test_gemm" "$B/gpu_test_rmsnorm" "$B/gpu_test_attn" "$B/gpu_test_hc" \
-           "$B/gpu_test_index" "$B/gpu_test_moe"; do
+           "$B/gpu_test_index" "$B/gpu_test_moe" "$B/gpu_test_experts" "$B/gpu_test_linear" \
+           "$B/gpu_test_elementwise"; do
     [ -x "$t" ] || continue
     n=$(basename "$t")
     echo "### racecheck $n" >>"$OUT/sanitizer.log"
@@ -115,8 +127,8 @@ else
 fi
 
 # 5. Benchmark.
-if [ -x "$B/gpu_bench_kernels" ]; then
-  timed "$OUT/bench.log" timeout 60 "$B/gpu_bench_kernels"
+if on bench && [ -x "$B/gpu_bench_kernels" ]; then
+  timed "$OUT/bench.log" timeout 120 "$B/gpu_bench_kernels"
   case $rc in
     0) step bench PASS "$secs" "" ;;
     77) step bench SKIP "$secs" "no GPU" ;;

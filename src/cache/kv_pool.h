@@ -1,10 +1,18 @@
 /* The paged pool of compressed KV: fixed-size blocks, each holding
- * `block_len` consecutive compressed positions of ONE KV source layer of ONE
- * sequence: for every position its latent (head_dim values, FP4-simulated,
- * RoPE'd) and its index key (index_head_dim values, FP4-simulated). A
- * sequence addresses its positions through one block table per KV source
- * (tide_block_table): position j lives in block table[j / block_len], slot
- * j % block_len. Blocks come from a free list; nothing moves once written.
+ * `block_len` consecutive compressed positions of ONE KV source layer: for
+ * every position its latent (head_dim values, FP4-simulated, RoPE'd) and its
+ * index key (index_head_dim values, FP4-simulated). A sequence addresses its
+ * positions through one block table per KV source (tide_block_table):
+ * position j lives in block table[j / block_len], slot j % block_len. Blocks
+ * come from a free list; nothing moves once written.
+ *
+ * Blocks are reference counted so that the prefix cache can share full
+ * blocks of global KV between sequences (read-only: a shared block is never
+ * written again). Every holder owns one reference: a block table that lists
+ * the block, or the prefix cache for a cached page. A block returns to the
+ * free list when its last reference is dropped. A block reserved by
+ * tide_kv_reserve starts with one reference (its table's): private blocks
+ * behave exactly as before counts existed.
  *
  * Values are stored as f32 holding the simulated (exactly representable)
  * numbers: the CPU reference trades memory for simplicity. A packed FP4 pool
@@ -24,6 +32,7 @@ typedef struct tide_kv_pool {
     int64_t n_blocks;       /* capacity; grows on demand up to max_blocks */
     int64_t max_blocks;
     float **blocks;         /* [n_blocks] each block_len * (latent_dim + key_dim) floats */
+    int32_t *ref;           /* [n_blocks] references; 0 = on the free list */
     int32_t *free_list;
     int64_t n_free;
 } tide_kv_pool;
@@ -40,10 +49,35 @@ int tide_kv_pool_init(tide_kv_pool *p, int block_len, int64_t latent_dim, int64_
 void tide_kv_pool_free(tide_kv_pool *p);
 
 /* Makes sure positions [0, n_pos) of table t have blocks (allocating the
- * missing ones from the pool). */
+ * missing ones from the pool, one reference each, held by t). */
 int tide_kv_reserve(tide_kv_pool *p, tide_block_table *t, int64_t n_pos, tide_status *st);
-/* Returns all of t's blocks to the pool and empties t. */
+/* Drops t's reference on each of its blocks (a block returns to the free list
+ * when its count reaches 0) and empties t. */
 void tide_kv_release(tide_kv_pool *p, tide_block_table *t);
+
+/* Appends n referenced blocks to table t, taking one more reference on each
+ * (t becomes a holder). All-or-nothing: a block id outside the pool or one
+ * with no reference (free) fails the call with TIDE_ERR_INVALID and nothing
+ * changes. The caller appends only full blocks at the table's end (t->n must
+ * be the block index the first shared block is meant to have). */
+int tide_kv_share(tide_kv_pool *p, tide_block_table *t, const int32_t *blocks, int64_t n,
+                  tide_status *st);
+/* One more reference on each of n blocks, for a holder that is not a table
+ * (the prefix cache). Same checks as tide_kv_share, all-or-nothing. */
+int tide_kv_ref(tide_kv_pool *p, const int32_t *blocks, int64_t n, tide_status *st);
+/* One reference less on each of n blocks (returned to the free list at 0).
+ * All-or-nothing: a block listed more often than it is referenced fails the
+ * call (TIDE_ERR_INVALID) before any count changes. */
+int tide_kv_unref(tide_kv_pool *p, const int32_t *blocks, int64_t n, tide_status *st);
+
+/* The reference count of block b (0 = free); -1 for an id outside the pool. */
+int32_t tide_kv_block_refs(const tide_kv_pool *p, int32_t b);
+/* Blocks with at least one reference. */
+static inline int64_t tide_kv_used(const tide_kv_pool *p) { return p->n_blocks - p->n_free; }
+/* Blocks that can still be handed out (free ones plus those not yet grown). */
+static inline int64_t tide_kv_available(const tide_kv_pool *p) {
+    return p->max_blocks - p->n_blocks + p->n_free;
+}
 
 /* Addresses of position j's latent / index key (j must be reserved). */
 float *tide_kv_latent(const tide_kv_pool *p, const tide_block_table *t, int64_t j);

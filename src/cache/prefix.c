@@ -158,6 +158,7 @@ int tide_prefix_lookup(tide_prefix_cache *pc, const int32_t *tokens, int64_t n, 
         h = tide_prefix_page_hash(h, tok, P);
         int32_t p = find(pc, h & pc->hash_mask, parent, salt, tok);
         if (p < 0) break;
+        if (pc->pages.ref[p] == 0) pc->n_idle--;
         tide_page_ref(&pc->pages, p);
         pages[k++] = p;
         parent = pc->serial[p];
@@ -170,8 +171,10 @@ int tide_prefix_lookup(tide_prefix_cache *pc, const int32_t *tokens, int64_t n, 
 int tide_prefix_alloc(tide_prefix_cache *pc, int32_t *page, tide_status *st) {
     if (tide_page_alloc_get(&pc->pages, page, st)) return tide_fail_ctx(st, "prefix cache");
     if (pc->cached[*page]) {
+        pc->n_idle--;
         drop_entry(pc, *page);
         pc->stats.evicted++;
+        if (pc->on_evict) pc->on_evict(pc->evict_ctx, *page);
     }
     return 0;
 }
@@ -230,7 +233,9 @@ static int check_release(tide_prefix_cache *pc, const int32_t *pages, int64_t n,
 
 int tide_prefix_release(tide_prefix_cache *pc, const int32_t *pages, int64_t n, tide_status *st) {
     if (check_pages(pc, pages, n, "release", st) || check_release(pc, pages, n, st)) return -1;
-    for (int64_t i = n - 1; i >= 0; i--) tide_page_unref(&pc->pages, pages[i], pc->cached[pages[i]]);
+    for (int64_t i = n - 1; i >= 0; i--)
+        if (tide_page_unref(&pc->pages, pages[i], pc->cached[pages[i]]) == 0 && pc->cached[pages[i]])
+            pc->n_idle++;
     return 0;
 }
 
@@ -241,8 +246,10 @@ int32_t tide_prefix_evict(tide_prefix_cache *pc, int32_t max_pages) {
         if (pc->cached[p]) {
             drop_entry(pc, p);
             tide_page_to_head(&pc->pages, p);
+            pc->n_idle--;
             pc->stats.evicted++;
             done++;
+            if (pc->on_evict) pc->on_evict(pc->evict_ctx, p);
         }
         p = next;
     }
@@ -253,5 +260,6 @@ tide_prefix_stats tide_prefix_get_stats(const tide_prefix_cache *pc) {
     tide_prefix_stats s = pc->stats;
     s.n_free = pc->pages.n_free;
     s.n_in_use = pc->pages.n_pages - pc->pages.n_free;
+    s.n_idle = pc->n_idle;
     return s;
 }

@@ -43,7 +43,14 @@ typedef struct tide_prefix_stats {
     int32_t n_cached;      /* pages with an entry */
     int32_t n_in_use;      /* pages referenced by at least one sequence */
     int32_t n_free;        /* pages no sequence references (cached or empty) */
+    int32_t n_idle;        /* cached pages no sequence references (evictable) */
 } tide_prefix_stats;
+
+/* Called when an entry is evicted (its page reused by tide_prefix_alloc, or
+ * dropped by tide_prefix_evict), so that the owner can free what it keeps for
+ * the page (the scheduler: its KV blocks). Not called when an insert merely
+ * re-links an entry (the page stays cached). */
+typedef void (*tide_prefix_evict_fn)(void *ctx, int32_t page);
 
 typedef struct tide_prefix_cache {
     int32_t page_tokens;
@@ -60,6 +67,9 @@ typedef struct tide_prefix_cache {
     uint64_t bucket_mask;     /* n_buckets - 1 */
     uint64_t hash_mask;       /* all ones; fewer bits only in tests, to force collisions */
     uint64_t next_serial;
+    int32_t n_idle;           /* cached pages with no reference */
+    tide_prefix_evict_fn on_evict; /* optional; set after init */
+    void *evict_ctx;
     tide_prefix_stats stats;
 } tide_prefix_cache;
 

@@ -10,8 +10,8 @@
  * Input line: {"id": any, "prompt_ids": [..], "max_tokens": N,
  *   "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
  *   "presence_penalty", "frequency_penalty", "seed", "stop_token_ids": [..],
- *   "ignore_eos": bool}; without "id", the line number. Output line: {"id", "output_ids", "finish_reason",
- *   "prompt_tokens", "completion_tokens"} (+ "error" when the finish reason is
+ *   "ignore_eos": bool, "cache_salt": N}; without "id", the line number. Output line: {"id", "output_ids", "finish_reason",
+ *   "prompt_tokens", "completion_tokens", "cached_tokens"} (+ "error" when the finish reason is
  *   "error"; a request rejected at submission gets prompt_tokens 0). */
 #include <errno.h>
 #include <limits.h>
@@ -59,7 +59,17 @@ static void usage(FILE *f) {
             "  --kv-block N         compressed positions per KV block (default 64)\n"
             "  --seed N             engine seed for requests without one (default 0)\n"
             "  --canonical-layout   attention entry order independent of chunking (docs/model.md)\n"
-            "  --no-index-quirk     index keys from each indexer's own source (docs/model.md)\n");
+            "  --no-index-quirk     index keys from each indexer's own source (docs/model.md)\n"
+            "  --no-prefix-cache    do not reuse the KV of earlier requests' prompt pages\n"
+            "  --page-tokens N      prefix-cache page size in tokens, a multiple of the\n"
+            "                       compress ratios' lcm x kv_block (default 0: the smallest\n"
+            "                       such multiple >= 128)\n"
+            "  --prefix-replay N    tokens recomputed before a cache hit to rebuild the\n"
+            "                       attention windows (default 140); 'full' = the whole\n"
+            "                       prefix (exactly a cold prefill with --canonical-layout\n"
+            "                       --no-index-quirk)\n"
+            "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
+            "pages only with requests of the same salt (docs/engine.md).\n");
 }
 
 static int parse_ids(const char *s, int32_t **out, int64_t *n) {
@@ -98,9 +108,9 @@ static int parse_ids(const char *s, int32_t **out, int64_t *n) {
 
 typedef struct run_opts {
     const char *model_dir, *ids_s, *input, *output;
-    long long max_tokens, chunk, max_seqs, step_tokens, kv_blocks, kv_block, threads;
+    long long max_tokens, chunk, max_seqs, step_tokens, kv_blocks, kv_block, threads, page_tokens, prefix_replay;
     unsigned long long seed;
-    int ignore_eos, canonical, no_quirk;
+    int ignore_eos, canonical, no_quirk, no_prefix_cache;
 } run_opts;
 
 /* Returns -1 on success, else the exit code. */
@@ -112,6 +122,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     o->step_tokens = 512;
     o->kv_blocks = 1 << 20;
     o->kv_block = 64;
+    o->prefix_replay = 140;
     static const struct {
         const char *flag;
         size_t off;
@@ -124,6 +135,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         {"--step-tokens", offsetof(run_opts, step_tokens), 1, 1 << 24},
         {"--kv-blocks", offsetof(run_opts, kv_blocks), 1, INT32_MAX},
         {"--kv-block", offsetof(run_opts, kv_block), 1, 4096},
+        {"--page-tokens", offsetof(run_opts, page_tokens), 0, 1 << 24},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -168,6 +180,19 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             o->ignore_eos = 1;
         } else if (!strcmp(a, "--canonical-layout")) {
             o->canonical = 1;
+        } else if (!strcmp(a, "--prefix-replay") && v) {
+            char *end = NULL;
+            errno = 0;
+            long long x = strcmp(v, "full") ? strtoll(v, &end, 10) : -1;
+            if (strcmp(v, "full") && (*end || end == v || errno || x < 0 || x > (1 << 24))) {
+                fprintf(stderr, "tide run: --prefix-replay: '%s' is not a token count (0..%d) or 'full'\n", v,
+                        1 << 24);
+                return TIDE_EXIT_USAGE;
+            }
+            o->prefix_replay = x;
+            i++;
+        } else if (!strcmp(a, "--no-prefix-cache")) {
+            o->no_prefix_cache = 1;
         } else if (!strcmp(a, "--no-index-quirk")) {
             o->no_quirk = 1;
         } else {
@@ -197,6 +222,9 @@ static tide_engine_config engine_config(const run_opts *o) {
     c.canonical_layout = o->canonical;
     c.index_key_quirk = !o->no_quirk;
     c.seed = o->seed;
+    c.prefix_cache = !o->no_prefix_cache;
+    c.page_tokens = o->page_tokens;
+    c.prefix_replay = o->prefix_replay;
     return c;
 }
 
@@ -280,7 +308,7 @@ typedef struct batch {
 } batch;
 
 static void write_result(batch *b, json_t *id, const int32_t *out, int64_t n_out, const char *reason,
-                         int64_t n_prompt, const char *error) {
+                         int64_t n_prompt, int64_t n_cached, const char *error) {
     json_t *o = json_object(), *ids = json_array();
     json_object_set(o, "id", id ? id : json_null());
     for (int64_t i = 0; i < n_out; i++) json_array_append_new(ids, json_integer(out[i]));
@@ -288,6 +316,7 @@ static void write_result(batch *b, json_t *id, const int32_t *out, int64_t n_out
     json_object_set_new(o, "finish_reason", json_string(reason));
     json_object_set_new(o, "prompt_tokens", json_integer(n_prompt));
     json_object_set_new(o, "completion_tokens", json_integer(n_out));
+    json_object_set_new(o, "cached_tokens", json_integer(n_cached));
     if (error) json_object_set_new(o, "error", json_string(error));
     char *s = json_dumps(o, JSON_COMPACT);
     if (!s || fprintf(b->out, "%s\n", s) < 0) b->write_failed = 1;
@@ -302,7 +331,7 @@ static void on_event(void *ctx, const tide_event *ev) {
     if (ev->kind != TIDE_EVENT_FINISHED) return;
     int64_t slot = (int64_t)(intptr_t)ev->user;
     write_result(b, b->ids[slot], ev->output, ev->n_output, tide_finish_reason_name(ev->reason),
-                 ev->n_prompt, ev->error);
+                 ev->n_prompt, ev->n_cached, ev->error);
     if (b->n_done < b->cap_done) b->done[b->n_done++] = ev->id;
 }
 
@@ -352,7 +381,8 @@ static int get_ids(json_t *o, const char *k, int32_t **out, int64_t *n, tide_sta
 
 static const char *const known_keys[] = {"id", "prompt_ids", "max_tokens", "temperature", "top_p", "top_k",
                                          "min_p", "repetition_penalty", "presence_penalty",
-                                         "frequency_penalty", "seed", "stop_token_ids", "ignore_eos", NULL};
+                                         "frequency_penalty", "seed", "stop_token_ids", "ignore_eos", "cache_salt",
+                                         NULL};
 
 /* Parses one request line and submits it. */
 static int submit_line(tide_engine *e, json_t *o, const run_opts *ro, int64_t slot, tide_status *st) {
@@ -388,6 +418,14 @@ static int submit_line(tide_engine *e, json_t *o, const run_opts *ro, int64_t sl
         seed = json_integer_value(s);
         r.has_seed = 1;
         p->seed = (uint64_t)seed;
+    }
+    json_t *cs = json_object_get(o, "cache_salt");
+    if (cs) {
+        if (!json_is_integer(cs) || json_integer_value(cs) < 0) {
+            tide_fail(st, TIDE_ERR_INVALID, "\"cache_salt\": expected a non-negative integer");
+            goto done;
+        }
+        r.cache_salt = (uint64_t)json_integer_value(cs);
     }
     json_t *ie = json_object_get(o, "ignore_eos");
     if (ie && !json_is_boolean(ie)) {
@@ -427,10 +465,13 @@ static void progress(tide_engine *e, const batch *b, int final) {
     tide_engine_get_stats(e, &s);
     fprintf(stderr,
             "tide run: %lld/%lld done, %lld running, %lld waiting, KV %lld/%lld blocks, %lld steps, "
-            "%.1f tok/s (%.2f generated/s), last step %.3f s, %lld preemptions%s\n",
+            "%.1f tok/s (%.2f generated/s), last step %.3f s, %lld preemptions, prefix hits %lld/%lld tokens "
+            "(%.1f%%), %lld pages cached%s\n",
             (long long)b->n_finished, (long long)b->n_lines, (long long)s.n_running, (long long)s.n_waiting,
             (long long)s.kv_blocks_used, (long long)s.kv_blocks_total, (long long)s.steps, s.tokens_per_s,
-            s.generated_per_s, s.last_step_seconds, (long long)s.preemptions, final ? " (end)" : "");
+            s.generated_per_s, s.last_step_seconds, (long long)s.preemptions, (long long)s.prefix_hit_tokens,
+            (long long)s.prefix_lookup_tokens, 100.0 * s.prefix_hit_rate, (long long)s.prefix_pages_cached,
+            final ? " (end)" : "");
 }
 
 static int read_lines(tide_engine *e, FILE *in, const run_opts *o, batch *b) {
@@ -470,7 +511,7 @@ static int read_lines(tide_engine *e, FILE *in, const run_opts *o, batch *b) {
             char msg[TIDE_STATUS_MSG + 64];
             snprintf(msg, sizeof msg, "line %lld: %s", (long long)lineno, st.msg);
             fprintf(stderr, "tide run: %s\n", msg);
-            write_result(b, idc, NULL, 0, "error", 0, msg);
+            write_result(b, idc, NULL, 0, "error", 0, 0, msg);
             json_decref(idc);
         }
         json_decref(j);

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"run", tide_cmd_run, "offline generation from a checkpoint"},
     {"tokenize", tide_cmd_tokenize, "text on stdin -> token ids, one line per input line"},
     {"detokenize", tide_cmd_detokenize, "token ids on stdin -> text"},
+    {"bench", tide_cmd_bench, "performance: throughput, latency, step times next to their roofline"},
 };
 
 static void usage(FILE *out) {

@@ -5,7 +5,9 @@
  * (model/forward.h), the rows that reached the end of their sequence are
  * sampled (sampler.h; the RNG is keyed by the request's seed and the token's
  * position, so nothing depends on the batch), each new token is appended,
- * reported and checked against the stop conditions. */
+ * reported and checked against the stop conditions. Between the forward pass
+ * and sampling the scheduler registers the pages the step completed with the
+ * prefix cache (sched.h), so a request that finishes leaves them cached. */
 #include "tide.h"
 
 #include <stdlib.h>
@@ -51,6 +53,9 @@ tide_engine_config tide_engine_config_default(void) {
     c.max_seqs = 64;
     c.max_step_tokens = 512;
     c.index_key_quirk = 1;
+    c.prefix_cache = 1;
+    c.page_tokens = 0;
+    c.prefix_replay = 140;
     return c;
 }
 
@@ -87,6 +92,9 @@ static int check_config(const tide_engine_config *c, int have_model, tide_status
     if (c->prefill_chunk < 0 || c->prefill_chunk > c->max_step_tokens)
         return tide_fail(st, TIDE_ERR_INVALID, "engine: prefill_chunk %lld is outside 0..max_step_tokens (%lld)",
                          (long long)c->prefill_chunk, (long long)c->max_step_tokens);
+    if (c->prefix_cache != 0 && c->prefix_cache != 1)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: prefix_cache %d is not 0 (off) or 1 (on)", c->prefix_cache);
+    /* page_tokens and prefix_replay need the model: checked by the scheduler */
     return 0;
 }
 
@@ -132,9 +140,13 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
     o.kv_block = cfg->kv_block;
     o.kv_max_blocks = cfg->kv_blocks;
     if (tide_fwd_ctx_create(e->m, tide_cpu_ops(), cfg->n_threads, &o, &e->fx, st) != 0) goto fail;
-    tide_sched_cfg sc = {cfg->max_seqs, cfg->max_step_tokens,
+    tide_sched_cfg sc = {cfg->max_seqs,
+                         cfg->max_step_tokens,
                          cfg->prefill_chunk > 0 ? cfg->prefill_chunk : cfg->max_step_tokens,
-                         cfg->canonical_layout && !cfg->index_key_quirk};
+                         cfg->canonical_layout && !cfg->index_key_quirk,
+                         cfg->prefix_cache,
+                         cfg->page_tokens,
+                         cfg->prefix_replay};
     if (tide_sched_init(&e->sched, &sc, e->fx, st) != 0) goto fail;
     if (alloc_buffers(e, st) != 0) goto fail;
     *out = e;
@@ -227,7 +239,7 @@ int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *i
 static void emit(tide_engine *e, tide_event_kind kind, const tide_req *q, int32_t token) {
     if (!e->cfg.on_event) return;
     tide_event ev = {kind, q->id, q->user, token, tide_req_output(q), tide_req_n_output(q),
-                     q->n_prompt, q->reason, q->reason == TIDE_FINISH_ERROR ? q->error : NULL};
+                     q->n_prompt, q->reason, q->reason == TIDE_FINISH_ERROR ? q->error : NULL, q->n_cached};
     e->cfg.on_event(e->cfg.event_ctx, &ev);
 }
 
@@ -320,6 +332,7 @@ int tide_engine_step(tide_engine *e, tide_status *st) {
             fail_all(e, p, fst.msg);
         } else {
             e->tokens_fed += p->n_tokens;
+            tide_sched_after_step(s); /* cache completed pages before a finish drops them */
             sample_rows(e, p);
         }
     }
@@ -355,6 +368,7 @@ int tide_engine_get(const tide_engine *e, tide_request_id id, tide_request_info 
     info->n_output = tide_req_n_output(q);
     info->seed = q->sp.seed;
     info->n_preempted = q->n_preempted;
+    info->n_cached = q->n_cached;
     return 0;
 }
 
@@ -377,7 +391,7 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
     s->n_running = e->sched.n_running;
     s->n_finished = e->n_finished;
     s->kv_blocks_total = kv->max_blocks;
-    s->kv_blocks_used = kv->n_blocks - kv->n_free;
+    s->kv_blocks_used = tide_kv_used(kv);
     s->steps = e->steps;
     s->tokens_fed = e->tokens_fed;
     s->tokens_generated = e->tokens_generated;
@@ -390,4 +404,24 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
         s->tokens_per_s = (double)e->tokens_fed / e->step_seconds;
         s->generated_per_s = (double)e->tokens_generated / e->step_seconds;
     }
+    const tide_sched *sc = &e->sched;
+    if (!sc->prefix_on) return;
+    const tide_sched_prefix *x = &sc->px;
+    tide_prefix_stats ps = tide_prefix_get_stats(&x->pc);
+    s->prefix_lookup_tokens = x->lookup_tokens;
+    s->prefix_hit_tokens = x->hit_tokens;
+    if (x->lookup_tokens > 0) s->prefix_hit_rate = (double)x->hit_tokens / (double)x->lookup_tokens;
+    s->prefix_replay_tokens = x->replay_tokens;
+    s->prefix_hits = x->hits;
+    s->page_tokens = x->page_tokens;
+    s->prefix_pages_total = ps.n_pages;
+    s->prefix_pages_in_use = ps.n_in_use;
+    s->prefix_pages_cached = ps.n_cached;
+    s->prefix_pages_idle = ps.n_idle;
+    s->prefix_evictions = ps.evicted;
+    s->kv_blocks_cached = (int64_t)ps.n_idle * x->bpp;
 }
+
+int64_t tide_engine_clear_prefix_cache(tide_engine *e) { return tide_sched_clear_prefix(&e->sched); }
+
+int tide_engine_check(const tide_engine *e, tide_status *st) { return tide_sched_check(&e->sched, st); }

@@ -11,4 +11,8 @@
 int tide_engine_create_with_model(const tide_engine_config *cfg, const tide_model *m, tide_engine **out,
                                   tide_status *st);
 
+/* Checks the KV pool's and the prefix cache's reference counts against
+ * their holders (tide_sched_check). For tests. */
+int tide_engine_check(const tide_engine *e, tide_status *st);
+
 #endif

@@ -50,6 +50,7 @@ int tide_req_create(const tide_request *r, int64_t vocab, int32_t image_token, i
     tide_req *q = calloc(1, sizeof *q);
     if (!q) return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory");
     q->user = r->user;
+    q->salt = r->cache_salt;
     q->sp = r->sampling;
     if (!r->has_seed) q->sp.seed = seed;
     q->state = TIDE_REQ_WAITING;
@@ -77,6 +78,7 @@ void tide_req_free(tide_req *q) {
     free((void *)q->sp.logit_bias);
     free((void *)q->sp.stop_tokens);
     free(q->tokens);
+    free(q->pages);
     free(q->error);
     free(q);
 }

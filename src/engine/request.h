@@ -27,6 +27,13 @@ typedef struct tide_req {
     int has_cache;
     tide_seq_cache cache;     /* valid while has_cache */
     int64_t n_preempted;
+    /* Prefix cache (sched.c): the tenant salt, and while the request runs the
+     * pages it references in order (page i = tokens [i*P, (i+1)*P)): the hit
+     * pages its tables share, then the pages it filled itself. */
+    uint64_t salt;
+    int32_t *pages;
+    int64_t n_pages, cap_pages;
+    int64_t n_cached;         /* tokens whose KV came from the cache at the last admission */
 } tide_req;
 
 /* Validates r against a model (vocabulary, image token, context length) and

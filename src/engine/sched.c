@@ -1,9 +1,77 @@
-/* The scheduler: see sched.h for the policy. */
+/* The scheduler: see sched.h for the policy. The file reads in three parts:
+ * the queues, the prefix cache's page <-> block bookkeeping, and planning. */
 #include "engine/sched.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/log.h"
+
+/* ---- setup ---------------------------------------------------------------- */
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+int64_t tide_sched_page_unit(tide_fwd_ctx *fx) {
+    const tide_model *m = tide_fwd_model(fx);
+    int64_t l = 1;
+    for (int k = 0; k < m->n_kv_src; k++) {
+        int64_t r = m->cfg.roles[m->kv_src_layer[k]].compress_ratio;
+        if (r > 0) l = l / gcd64(l, r) * r;
+    }
+    return l * tide_fwd_kv(fx)->block_len;
+}
+
+/* The cache evicted a page: drop its reference on the page's blocks. */
+static void on_evict(void *ctx, int32_t page) {
+    tide_sched *s = ctx;
+    tide_sched_prefix *x = &s->px;
+    if (!x->held[page]) return;
+    tide_status st = {0};
+    if (tide_kv_unref(tide_fwd_kv(s->fx), x->blocks + (int64_t)page * x->bpp, x->bpp, &st) != 0)
+        tide_log(TIDE_LOG_ERROR, "prefix cache: page %d: %s", (int)page, st.msg);
+    x->held[page] = 0;
+}
+
+static int prefix_init(tide_sched *s, tide_status *st) {
+    tide_sched_prefix *x = &s->px;
+    const tide_kv_pool *kv = tide_fwd_kv(s->fx);
+    int64_t unit = tide_sched_page_unit(s->fx), P = s->cfg.page_tokens;
+    if (P < 0) return tide_fail(st, TIDE_ERR_INVALID, "page_tokens %lld is negative", (long long)P);
+    if (s->cfg.prefix_replay < -1)
+        return tide_fail(st, TIDE_ERR_INVALID, "prefix_replay %lld: use >= 0 tokens, or -1 for the whole prefix",
+                         (long long)s->cfg.prefix_replay);
+    if (P == 0) P = (128 + unit - 1) / unit * unit;
+    if (P % unit != 0 || P > (1 << 24))
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         "page_tokens %lld must be a multiple of %lld (the compress ratios' least common multiple "
+                         "times kv_block %d), at most 2^24",
+                         (long long)P, (long long)unit, kv->block_len);
+    x->page_tokens = P;
+    x->replay = s->cfg.prefix_replay;
+    x->src_off[0] = 0;
+    for (int k = 0; k < s->n_src; k++) x->src_off[k + 1] = x->src_off[k] + (int)(P / s->ratio[k] / kv->block_len);
+    x->bpp = x->src_off[s->n_src];
+    if (x->bpp == 0) return 0; /* no global KV at all: nothing to share */
+    int64_t n = kv->max_blocks / x->bpp;
+    if (n > 65536) n = 65536;
+    n += s->cfg.max_seqs; /* room for pages that duplicate a concurrent request's */
+    if (tide_prefix_init(&x->pc, (int32_t)P, (int32_t)n, 64, st) != 0) return -1;
+    x->blocks = malloc((size_t)n * (size_t)x->bpp * sizeof *x->blocks);
+    x->held = calloc((size_t)n, 1);
+    if (!x->blocks || !x->held) return tide_fail(st, TIDE_ERR_NOMEM, "prefix cache: out of memory");
+    x->pc.on_evict = on_evict;
+    x->pc.evict_ctx = s;
+    s->prefix_on = 1;
+    return 0;
+}
 
 int tide_sched_init(tide_sched *s, const tide_sched_cfg *cfg, tide_fwd_ctx *fx, tide_status *st) {
     memset(s, 0, sizeof *s);
@@ -21,6 +89,10 @@ int tide_sched_init(tide_sched *s, const tide_sched_cfg *cfg, tide_fwd_ctx *fx, 
         tide_sched_free(s);
         return tide_fail(st, TIDE_ERR_NOMEM, "scheduler: out of memory");
     }
+    if (cfg->prefix_cache && prefix_init(s, st) != 0) {
+        tide_sched_free(s);
+        return tide_fail_ctx(st, "prefix cache");
+    }
     return 0;
 }
 
@@ -29,8 +101,13 @@ void tide_sched_free(tide_sched *s) {
     free(s->running);
     free(s->plan.items);
     free(s->plan.failed);
+    tide_prefix_free(&s->px.pc);
+    free(s->px.blocks);
+    free(s->px.held);
     memset(s, 0, sizeof *s);
 }
+
+/* ---- the queues ----------------------------------------------------------- */
 
 int64_t tide_sched_blocks_for(const tide_sched *s, int64_t n_pos) {
     int64_t bl = tide_fwd_kv(s->fx)->block_len, n = 0;
@@ -38,32 +115,33 @@ int64_t tide_sched_blocks_for(const tide_sched *s, int64_t n_pos) {
     return n;
 }
 
-int64_t tide_sched_blocks_free(const tide_sched *s) {
-    const tide_kv_pool *p = tide_fwd_kv(s->fx);
-    return p->max_blocks - p->n_blocks + p->n_free;
-}
+int64_t tide_sched_blocks_free(const tide_sched *s) { return tide_kv_available(tide_fwd_kv(s->fx)); }
 
-static int64_t held(const tide_sched *s, const tide_req *q) {
-    int64_t n = 0;
-    if (q->has_cache)
-        for (int k = 0; k < s->n_src; k++) n += q->cache.tables[k].n;
+/* Blocks a plan may still count on: free ones plus those of cached pages
+ * nobody references (only the cache holds those, so evicting frees them). */
+static int64_t room(const tide_sched *s) {
+    int64_t n = tide_sched_blocks_free(s);
+    if (s->prefix_on) n += (int64_t)s->px.pc.n_idle * s->px.bpp;
     return n;
 }
 
-/* New blocks q needs to feed n more tokens (what tide_forward will reserve). */
-static int64_t need(const tide_sched *s, const tide_req *q, int64_t n) {
-    int64_t bl = tide_fwd_kv(s->fx)->block_len, pos = q->has_cache ? q->cache.pos : 0, total = 0;
+/* New blocks a sequence needs to hold positions [0, end): per source, what it
+ * wants less what its tables have (c), or, for a sequence not created yet,
+ * the blocks of its first `shared` positions that a hit will share. */
+static int64_t need_blocks(const tide_sched *s, int64_t end, const tide_seq_cache *c, int64_t shared) {
+    int64_t bl = tide_fwd_kv(s->fx)->block_len, total = 0;
     for (int k = 0; k < s->n_src; k++) {
-        int64_t want = ((pos + n) / s->ratio[k] + bl - 1) / bl;
-        int64_t have = q->has_cache ? q->cache.tables[k].n : 0;
+        int64_t want = (end / s->ratio[k] + bl - 1) / bl;
+        int64_t have = c ? c->tables[k].n : shared / s->ratio[k] / bl;
         if (want > have) total += want - have;
     }
     return total;
 }
 
-/* Tokens q feeds next given `budget` tokens left in the step (0 = not now). */
-static int64_t chunk(const tide_sched *s, const tide_req *q, int64_t budget) {
-    int64_t pos = q->has_cache ? q->cache.pos : 0, left = q->n_tokens - pos, n;
+/* Tokens q feeds next from position pos given `budget` tokens left in the
+ * step (0 = not now). */
+static int64_t chunk_at(const tide_sched *s, const tide_req *q, int64_t pos, int64_t budget) {
+    int64_t left = q->n_tokens - pos, n;
     if (s->cfg.flexible) {
         n = left < s->cfg.prefill_chunk ? left : s->cfg.prefill_chunk;
         return n < budget ? n : budget;
@@ -111,10 +189,117 @@ static void wq_pop_front(tide_sched *s) {
     s->wq_n--;
 }
 
+/* ---- prefix cache: pages and their blocks --------------------------------- */
+
+static int pages_room(tide_req *q, int64_t n) {
+    if (n <= q->cap_pages) return 0;
+    int64_t cap = q->cap_pages ? 2 * q->cap_pages : 8;
+    while (cap < n) cap *= 2;
+    int32_t *p = realloc(q->pages, (size_t)cap * sizeof *p);
+    if (!p) return -1;
+    q->pages = p;
+    q->cap_pages = cap;
+    return 0;
+}
+
+/* Drops q's page references (its cached pages become evictable, most
+ * recently used; deeper pages are evicted first). */
+static void prefix_drop(tide_sched *s, tide_req *q) {
+    if (q->n_pages == 0) return;
+    tide_status st = {0};
+    if (tide_prefix_release(&s->px.pc, q->pages, q->n_pages, &st) != 0)
+        tide_log(TIDE_LOG_ERROR, "prefix cache: request %lld: %s", (long long)q->id, st.msg);
+    q->n_pages = 0;
+}
+
+/* Looks q's tokens (less the last, which must be fed to get logits) up:
+ * takes a reference on each hit page (listed in q->pages) and returns the
+ * hit length in tokens. A failure here only means no hit. */
+static int64_t prefix_lookup(tide_sched *s, tide_req *q) {
+    if (!s->prefix_on) return 0;
+    int64_t P = s->px.page_tokens, maxp = (q->n_tokens - 1) / P;
+    if (maxp == 0 || maxp > INT32_MAX || pages_room(q, maxp) != 0) return 0;
+    int32_t h = 0;
+    tide_status st = {0};
+    if (tide_prefix_lookup(&s->px.pc, q->tokens, q->n_tokens - 1, q->salt, q->pages, (int32_t)maxp, &h, &st) != 0)
+        return 0;
+    q->n_pages = h;
+    return h * P;
+}
+
+/* Shares the hit pages' blocks into q's fresh tables, in page order, and
+ * restores the sequence at `start`. */
+static int prefix_attach(tide_sched *s, tide_req *q, int64_t frozen, int64_t start, tide_status *st) {
+    tide_sched_prefix *x = &s->px;
+    for (int64_t i = 0; i < q->n_pages; i++) {
+        const int32_t *b = x->blocks + (int64_t)q->pages[i] * x->bpp;
+        for (int k = 0; k < s->n_src; k++)
+            if (tide_kv_share(tide_fwd_kv(s->fx), &q->cache.tables[k], b + x->src_off[k],
+                              x->src_off[k + 1] - x->src_off[k], st) != 0)
+                return -1;
+    }
+    return tide_fwd_seq_restore(s->fx, &q->cache, q->tokens, frozen, start, st);
+}
+
+/* Registers the pages q completed since the last call: a page id per page
+ * (possibly evicting the least recently used cached page), the page's blocks
+ * copied from q's tables, then the index entries; the cache takes a
+ * reference on the blocks of each page that got an entry. A page that cannot
+ * get an id or duplicates another request's entry stays private to q. */
+static void register_pages(tide_sched *s, tide_req *q) {
+    tide_sched_prefix *x = &s->px;
+    int64_t P = x->page_tokens, full = q->cache.pos / P, first = q->n_pages;
+    if (full <= first || pages_room(q, full) != 0) return;
+    tide_status st = {0};
+    while (q->n_pages < full) {
+        int32_t pg;
+        if (tide_prefix_alloc(&x->pc, &pg, &st) != 0) break; /* every page referenced */
+        int32_t *b = x->blocks + (int64_t)pg * x->bpp;
+        for (int k = 0; k < s->n_src; k++) {
+            int64_t per = x->src_off[k + 1] - x->src_off[k];
+            memcpy(b + x->src_off[k], q->cache.tables[k].blocks + q->n_pages * per, (size_t)per * sizeof *b);
+        }
+        q->pages[q->n_pages++] = pg;
+    }
+    if (q->n_pages == first) return;
+    if (tide_prefix_insert(&x->pc, q->tokens, q->n_pages * P, q->salt, q->pages, q->n_pages, &st) != 0)
+        tide_log(TIDE_LOG_WARN, "prefix cache: request %lld: %s", (long long)q->id, st.msg);
+    for (int64_t i = first; i < q->n_pages; i++) {
+        int32_t pg = q->pages[i];
+        if (!x->pc.cached[pg] || x->held[pg]) continue;
+        if (tide_kv_ref(tide_fwd_kv(s->fx), x->blocks + (int64_t)pg * x->bpp, x->bpp, &st) == 0) x->held[pg] = 1;
+        else tide_log(TIDE_LOG_ERROR, "prefix cache: page %d: %s", (int)pg, st.msg);
+    }
+}
+
+void tide_sched_after_step(tide_sched *s) {
+    if (!s->prefix_on) return;
+    for (int i = 0; i < s->plan.n_items; i++) {
+        tide_req *q = s->plan.items[i].req;
+        if (q->has_cache) register_pages(s, q);
+    }
+}
+
+int64_t tide_sched_clear_prefix(tide_sched *s) {
+    return s->prefix_on ? tide_prefix_evict(&s->px.pc, INT32_MAX) : 0;
+}
+
+/* Evicts least recently used cached pages until the pool's free blocks
+ * cover what the plan will reserve. */
+static void reclaim(tide_sched *s, int64_t planned) {
+    if (!s->prefix_on) return;
+    while (tide_sched_blocks_free(s) < planned && tide_prefix_evict(&s->px.pc, 1) == 1) {
+    }
+}
+
+/* ---- planning ------------------------------------------------------------- */
+
 static void drop_cache(tide_sched *s, tide_req *q) {
-    if (!q->has_cache) return;
-    tide_fwd_seq_free(s->fx, &q->cache);
-    q->has_cache = 0;
+    if (q->has_cache) {
+        tide_fwd_seq_free(s->fx, &q->cache);
+        q->has_cache = 0;
+    }
+    prefix_drop(s, q);
 }
 
 void tide_sched_remove(tide_sched *s, tide_req *q) {
@@ -134,7 +319,8 @@ void tide_sched_remove(tide_sched *s, tide_req *q) {
     drop_cache(s, q);
 }
 
-/* Preempts the newest running request: recompute from scratch later. */
+/* Preempts the newest running request: recompute later (from whatever of
+ * its prefix is still cached then). */
 static void preempt_last(tide_sched *s) {
     tide_req *v = s->running[--s->n_running];
     drop_cache(s, v);
@@ -156,24 +342,37 @@ static void fail(tide_sched *s, tide_req *q, const char *msg) {
     s->plan.failed[s->plan.n_failed++] = q;
 }
 
+/* Creates the sequence of an admitted request: fresh, or restored from its
+ * cache hit. */
+static int start_seq(tide_sched *s, tide_req *q, int64_t frozen, int64_t start, tide_status *st) {
+    if (tide_fwd_seq_init(s->fx, &q->cache, st) != 0) return -1;
+    q->has_cache = 1;
+    if (frozen > 0 && prefix_attach(s, q, frozen, start, st) != 0) return -1;
+    q->n_cached = frozen;
+    if (s->prefix_on) {
+        s->px.lookup_tokens += q->n_tokens - 1;
+        s->px.hit_tokens += frozen;
+        s->px.replay_tokens += frozen - start;
+        s->px.hits += frozen > 0;
+    }
+    return 0;
+}
+
 void tide_sched_make_plan(tide_sched *s) {
     tide_sched_plan *p = &s->plan;
     p->n_items = p->n_failed = 0;
     p->n_tokens = 0;
-    int64_t budget = s->cfg.max_step_tokens, avail = tide_sched_blocks_free(s);
+    int64_t budget = s->cfg.max_step_tokens, planned = 0;
     for (int i = 0; i < s->n_running;) {
         tide_req *q = s->running[i];
-        int64_t n = chunk(s, q, budget);
+        int64_t n = chunk_at(s, q, q->cache.pos, budget);
         if (n == 0) {
             i++;
             continue;
         }
-        int64_t nb = need(s, q, n);
-        while (nb > avail && s->running[s->n_running - 1] != q) {
-            avail += held(s, s->running[s->n_running - 1]);
-            preempt_last(s);
-        }
-        if (nb > avail) {
+        int64_t nb = need_blocks(s, q->cache.pos + n, &q->cache, 0);
+        while (nb > room(s) - planned && s->running[s->n_running - 1] != q) preempt_last(s);
+        if (nb > room(s) - planned) {
             if (p->n_items == 0) {
                 /* alone and still too big: admission checks make this
                  * impossible; never loop on it */
@@ -181,33 +380,87 @@ void tide_sched_make_plan(tide_sched *s) {
                 fail(s, q, "the KV pool cannot hold this request");
                 continue;
             }
-            avail += held(s, q);
             preempt_last(s); /* q is the newest: it waits for the others */
             continue;
         }
         add(s, q, n);
-        avail -= nb;
+        planned += nb;
         budget -= n;
         i++;
     }
-    while (s->wq_n > 0 && s->n_running < s->cfg.max_seqs && budget > 0) {
+    while (s->wq_n > 0 && s->n_running < s->cfg.max_seqs && budget > 0 && p->n_failed < s->cfg.max_seqs) {
         tide_req *q = wq_at(s, 0);
-        int64_t n = chunk(s, q, budget);
-        if (n == 0) break;
-        int64_t nb = need(s, q, n);
-        if (nb > avail) break;
+        int64_t frozen = prefix_lookup(s, q), start = 0;
+        if (frozen > 0 && s->px.replay >= 0 && frozen > s->px.replay) start = frozen - s->px.replay;
+        int64_t n = chunk_at(s, q, start, budget);
+        /* room() is taken after the lookup: hit pages are no longer evictable */
+        if (n == 0 || need_blocks(s, start + n, NULL, frozen) > room(s) - planned) {
+            prefix_drop(s, q);
+            break;
+        }
+        int64_t nb = need_blocks(s, start + n, NULL, frozen);
         wq_pop_front(s);
         tide_status st = {0};
-        if (tide_fwd_seq_init(s->fx, &q->cache, &st) != 0) {
+        if (start_seq(s, q, frozen, start, &st) != 0) {
+            drop_cache(s, q);
             fail(s, q, st.msg);
-            if (p->n_failed == s->cfg.max_seqs) break;
             continue;
         }
-        q->has_cache = 1;
         q->state = TIDE_REQ_RUNNING;
         s->running[s->n_running++] = q;
         add(s, q, n);
-        avail -= nb;
+        planned += nb;
         budget -= n;
     }
+    reclaim(s, planned);
+}
+
+/* ---- consistency (tests) -------------------------------------------------- */
+
+int tide_sched_check(const tide_sched *s, tide_status *st) {
+    const tide_kv_pool *kv = tide_fwd_kv(s->fx);
+    int32_t n_pages = s->prefix_on ? s->px.pc.pages.n_pages : 0;
+    int32_t *cnt = calloc((size_t)(kv->n_blocks + 1), sizeof *cnt);
+    int32_t *pref = calloc((size_t)n_pages + 1, sizeof *pref);
+    int rc = 0;
+    if (!cnt || !pref) {
+        rc = tide_fail(st, TIDE_ERR_NOMEM, "check: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < s->n_running; i++) {
+        const tide_req *q = s->running[i];
+        for (int k = 0; k < s->n_src && q->has_cache; k++)
+            for (int64_t j = 0; j < q->cache.tables[k].n; j++) cnt[q->cache.tables[k].blocks[j]]++;
+        for (int64_t j = 0; j < q->n_pages; j++) pref[q->pages[j]]++;
+    }
+    for (int64_t i = 0; i < s->wq_n; i++)
+        if (wq_at(s, i)->has_cache || wq_at(s, i)->n_pages) {
+            rc = tide_fail(st, TIDE_ERR_INTERNAL, "check: waiting request %lld holds a cache",
+                           (long long)wq_at(s, i)->id);
+            goto out;
+        }
+    for (int32_t pg = 0; pg < n_pages; pg++) {
+        if (s->px.held[pg] != s->px.pc.cached[pg]) {
+            rc = tide_fail(st, TIDE_ERR_INTERNAL, "check: page %d cached %d but holds blocks %d", (int)pg,
+                           s->px.pc.cached[pg], s->px.held[pg]);
+            goto out;
+        }
+        if (s->px.held[pg])
+            for (int j = 0; j < s->px.bpp; j++) cnt[s->px.blocks[(int64_t)pg * s->px.bpp + j]]++;
+        if (pref[pg] != s->px.pc.pages.ref[pg]) {
+            rc = tide_fail(st, TIDE_ERR_INTERNAL, "check: page %d has %d references, %d requests list it", (int)pg,
+                           (int)s->px.pc.pages.ref[pg], (int)pref[pg]);
+            goto out;
+        }
+    }
+    for (int64_t b = 0; b < kv->n_blocks; b++)
+        if (cnt[b] != kv->ref[b]) {
+            rc = tide_fail(st, TIDE_ERR_INTERNAL, "check: block %lld has %d references, %d holders", (long long)b,
+                           (int)kv->ref[b], (int)cnt[b]);
+            goto out;
+        }
+out:
+    free(cnt);
+    free(pref);
+    return rc;
 }

@@ -7,8 +7,9 @@
  *      prefill chunk, a recompute chunk or one decode token) if the budget
  *      allows; if the KV pool cannot hold the chunk's new blocks, the newest
  *      running requests are preempted (cache dropped, back to the FRONT of the
- *      queue, to be recomputed from position 0) until it can, or the request
- *      itself is, if it is the newest;
+ *      queue, to be recomputed from position 0, or from what of it is still
+ *      in the prefix cache) until it can, or the request itself is, if it is
+ *      the newest;
  *   2. then waiting requests, in order, while a sequence slot, budget and KV
  *      blocks for their first chunk remain (the head blocks the queue: no
  *      overtaking, so nobody starves).
@@ -19,12 +20,26 @@
  * are a fixed function of the request alone: the prompt in chunks of
  * prefill_chunk tokens from position 0, then one token per step; a chunk that
  * does not fit the remaining budget waits for a later step. Recompute after
- * preemption follows the same plan, so it rebuilds the cache bit for bit. */
+ * preemption follows the same plan, so it rebuilds the cache bit for bit.
+ *
+ * Prefix cache (when on). A page is page_tokens consecutive positions; its
+ * global KV is a fixed set of pool blocks, page_tokens / ratio / block_len
+ * per KV source. At admission the request's tokens (less the last) are looked
+ * up; a hit of h pages shares those pages' blocks into the new sequence's
+ * tables (only the missing blocks count against the pool) and restores the
+ * sequence at start = max(0, h * page_tokens - replay): the tokens
+ * [start, h * page_tokens) are fed again to rebuild the window rings (SWA
+ * bounded replay) while the shared global KV is only read. After each step a
+ * running request's newly completed pages are registered; the cache then
+ * holds one reference on their blocks, so they outlive the request. Cached
+ * pages nobody references count as free for admission and are evicted,
+ * least recently used first, when their blocks are needed. */
 #ifndef TIDE_ENGINE_SCHED_H
 #define TIDE_ENGINE_SCHED_H
 
 #include <stdint.h>
 
+#include "cache/prefix.h"
 #include "engine/request.h"
 #include "model/forward.h"
 
@@ -33,7 +48,24 @@ typedef struct tide_sched_cfg {
     int64_t max_step_tokens;
     int64_t prefill_chunk;   /* <= max_step_tokens */
     int flexible;            /* chunks may be cut anywhere (chunking-invariant forward) */
+    int prefix_cache;        /* 1 = on */
+    int64_t page_tokens;     /* 0 = derived (see tide_sched_page_unit) */
+    int64_t prefix_replay;   /* -1 = the whole prefix */
 } tide_sched_cfg;
+
+/* The prefix cache's side of the scheduler: the page index and, per page, the
+ * pool blocks of its global KV. The cache holds one reference on the blocks
+ * of every page that has an entry (held[p] == pc.cached[p] at all times). */
+typedef struct tide_sched_prefix {
+    tide_prefix_cache pc;
+    int64_t page_tokens;
+    int64_t replay;
+    int bpp;                         /* blocks per page, all sources */
+    int src_off[TIDE_MAX_LAYERS + 1];/* source k's blocks: [src_off[k], src_off[k+1]) of a page */
+    int32_t *blocks;                 /* [n_pages][bpp] */
+    uint8_t *held;                   /* [n_pages] */
+    int64_t lookup_tokens, hit_tokens, replay_tokens, hits;
+} tide_sched_prefix;
 
 typedef struct tide_sched_item {
     tide_req *req;
@@ -60,10 +92,19 @@ typedef struct tide_sched {
     int n_running;
     int64_t preemptions;
     tide_sched_plan plan;
+    int prefix_on;
+    tide_sched_prefix px;       /* valid when prefix_on */
 } tide_sched;
 
+/* Validates the prefix-cache settings against the model (page_tokens a
+ * multiple of every ratio x block_len) and sizes the page index from the
+ * pool (kv_max_blocks / blocks per page, capped at 2^16, + max_seqs). */
 int tide_sched_init(tide_sched *s, const tide_sched_cfg *cfg, tide_fwd_ctx *fx, tide_status *st);
 void tide_sched_free(tide_sched *s); /* frees the queues, not the requests */
+
+/* The granule of page_tokens: the least common multiple of the KV sources'
+ * compress ratios times the pool's block_len. */
+int64_t tide_sched_page_unit(tide_fwd_ctx *fx);
 
 /* KV blocks a sequence needs to hold positions [0, n_pos). */
 int64_t tide_sched_blocks_for(const tide_sched *s, int64_t n_pos);
@@ -77,7 +118,21 @@ void tide_sched_remove(tide_sched *s, tide_req *q);
 
 /* Plans the next step into s->plan (admitting and preempting as needed).
  * Requests that cannot run at all (cache allocation failed) are removed and
- * listed in plan.failed. */
+ * listed in plan.failed. Evicts cached pages so that the pool's free blocks
+ * cover what the plan's chunks will reserve. */
 void tide_sched_make_plan(tide_sched *s);
+
+/* After the planned step's forward pass succeeded: registers the pages the
+ * planned requests completed (prefix cache on; never fails: a page that
+ * cannot be registered just stays private). */
+void tide_sched_after_step(tide_sched *s);
+
+/* Evicts every cached page nobody references; returns how many. */
+int64_t tide_sched_clear_prefix(tide_sched *s);
+
+/* Checks the reference counts: every pool block's count equals the number of
+ * sequence tables listing it plus the cached pages owning it, and every
+ * page's count the number of running requests listing it. For tests. */
+int tide_sched_check(const tide_sched *s, tide_status *st);
 
 #endif

@@ -56,31 +56,35 @@ static void wo_a_grouped(tide_step *s, const tide_weight *w, const float *o, int
     free(yo);
 }
 
-/* Window entries of row r (position p) of a sequence whose step starts at
- * `start` with n rows, into ent; returns the count. */
+/* The window KV of position t for sequence q: this step's kv row, the
+ * sequence's ring, or NULL (an empty slot) where it does not exist: before
+ * position 0, below the layer's lower bound (a restored sequence's ring_lo,
+ * the decoder variant's tail_lo), or a row this step skipped. */
+static const float *window_kv(const tide_step *s, int layer, int q, int64_t t, const float *kv) {
+    const tide_seq_cache *c = s->seqs[q].cache;
+    if (t < 0 || t < s->win_lo[q]) return NULL;
+    if (t >= c->pos) return kv + (s->seq_row0[q] + t - s->seq_pos0[q]) * s->m->cfg.text.head_dim;
+    return tide_seq_ring(c, layer, t);
+}
+
+/* Window entries of row r (position p) into ent; returns the count. */
 static int window_entries(const tide_step *s, int layer, int64_t r, const float *kv, const float **ent) {
-    const tide_text_config *c = &s->m->cfg.text;
-    int64_t win = c->sliding_window, Dh = c->head_dim;
+    int64_t win = s->m->cfg.text.sliding_window;
     int q = s->row_seq[r];
     const tide_step_seq *sq = &s->seqs[q];
-    int64_t start = sq->cache->pos, n = sq->n_tokens, p = s->row_pos[r], row0 = s->seq_row0[q];
+    int64_t start = sq->cache->pos, n = sq->n_tokens, p = s->row_pos[r];
     int cnt = 0;
     if (s->fx->opt.ref_layout && start == 0) {
         /* the reference's prefill: entries for the chunk's own rows only */
         int64_t L = n < win ? n : win, base = p - win + 1 > 0 ? p - win + 1 : 0;
         for (int64_t i = 0; i < L; i++) {
             int64_t t = base + i;
-            ent[cnt++] = t > p ? NULL : kv + (row0 + t) * Dh;
+            ent[cnt++] = t > p ? NULL : window_kv(s, layer, q, t, kv);
         }
         return cnt;
     }
     /* the reference's decode: the whole ring, oldest first */
-    for (int64_t i = 0; i < win; i++) {
-        int64_t t = p - win + 1 + i;
-        if (t < 0) ent[cnt++] = NULL;
-        else if (t >= start) ent[cnt++] = kv + (row0 + t - start) * Dh;
-        else ent[cnt++] = tide_seq_ring(sq->cache, layer, t);
-    }
+    for (int64_t i = 0; i < win; i++) ent[cnt++] = window_kv(s, layer, q, p - win + 1 + i, kv);
     return cnt;
 }
 

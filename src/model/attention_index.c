@@ -83,6 +83,32 @@ static void idx_task(void *arg, int64_t r, int thread) {
     s->topk_valid[r] = valid;
 }
 
+/* k = k_norm(wk latent), RoPE at the group's first token, FP4; into the
+ * pool beside the latents of the layer's KV source. */
+static void publish_keys(tide_step *s, int layer, const float *lat, const int64_t *first, const int64_t *count) {
+    const tide_model *m = s->m;
+    const tide_text_config *c = &m->cfg.text;
+    const tide_attn_weights *a = &m->layers[layer].attn;
+    int ratio = m->layers[layer].role->compress_ratio, slot = m->kv_src_slot[layer];
+    int64_t ID = c->index_head_dim, total = 0;
+    for (int q = 0; q < s->n_seqs; q++) total += count[q];
+    if (total == 0) return;
+    float *k = tide_xmalloc((size_t)(total * ID) * sizeof(float));
+    s->ops->linear(s->pool, &a->idx_wk, lat, total, k, TIDE_LIN_BF16_OUT);
+    s->ops->rmsnorm(s->pool, k, total, ID, a->idx_k_norm, c->rms_norm_eps, k);
+    int64_t kk = 0;
+    for (int q = 0; q < s->n_seqs; q++) {
+        tide_seq_cache *sc = s->seqs[q].cache;
+        for (int64_t j = first[q]; j < first[q] + count[q]; j++, kk++) {
+            float *v = k + kk * ID;
+            tide_rope_tail(s, layer, v, 1, ID, j * ratio, 0);
+            tide_sim_fp4_e8m0(v, (size_t)ID, 32);
+            memcpy(tide_kv_key(&s->fx->kv, &sc->tables[slot], j), v, (size_t)ID * sizeof(float));
+        }
+    }
+    free(k);
+}
+
 void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, const float *lat,
                   const int64_t *first, const int64_t *count) {
     const tide_model *m = s->m;
@@ -94,27 +120,14 @@ void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, cons
     int ratio = role->compress_ratio;
     int64_t rows = s->rows, IH = c->index_n_heads, ID = c->index_head_dim;
 
-    /* 1. publish keys for the new latents */
+    /* 1. keys for the new latents; the layer publishes for every sequence
+     * in which one of its groups completed, frozen groups included (their
+     * keys are already in shared blocks), as a full prefill would */
     if (role->indexer_owns_keys && lat) {
-        int slot = m->kv_src_slot[layer];
-        int64_t total = 0;
-        for (int q = 0; q < s->n_seqs; q++) total += count[q];
-        if (total > 0) {
-            float *k = tide_xmalloc((size_t)(total * ID) * sizeof(float));
-            ops->linear(s->pool, &a->idx_wk, lat, total, k, TIDE_LIN_BF16_OUT);
-            ops->rmsnorm(s->pool, k, total, ID, a->idx_k_norm, c->rms_norm_eps, k);
-            int64_t kk = 0;
-            for (int q = 0; q < s->n_seqs; q++) {
-                tide_seq_cache *sc = s->seqs[q].cache;
-                for (int64_t j = first[q]; j < first[q] + count[q]; j++, kk++) {
-                    float *v = k + kk * ID;
-                    tide_rope_tail(s, layer, v, 1, ID, j * ratio, 0);
-                    tide_sim_fp4_e8m0(v, (size_t)ID, 32);
-                    memcpy(tide_kv_key(&s->fx->kv, &sc->tables[slot], j), v, (size_t)ID * sizeof(float));
-                }
-                if (count[q] > 0) sc->published = layer;
-            }
-            free(k);
+        publish_keys(s, layer, lat, first, count);
+        for (int q = 0; q < s->n_seqs; q++) {
+            tide_seq_cache *sc = s->seqs[q].cache;
+            if ((sc->pos + s->seqs[q].n_tokens) / ratio > sc->pos / ratio) sc->published = layer;
         }
     }
 

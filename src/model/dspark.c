@@ -78,11 +78,17 @@ static void draft_attn(tide_step *s, int layer, const float *x, float *out, void
     float *kv = tide_xmalloc((size_t)(B * Dh) * sizeof(float));
     tide_attn_project(s, layer, x, qr, q, kv);
     int64_t nr = da->sp + 1 < win ? da->sp + 1 : win, per = nr + B;
+    /* positions whose stage KV was never seeded (a restored sequence's
+     * replay, the decoder variant's skipped rows) are empty slots */
+    int64_t lo = da->c->ring_lo > da->c->tail_lo ? da->c->ring_lo : da->c->tail_lo;
     const float **ents = tide_xmalloc((size_t)(B * per) * sizeof(float *));
     tide_attn_row *ar = tide_xmalloc((size_t)B * sizeof *ar);
     for (int64_t r = 0; r < B; r++) {
         const float **e = ents + r * per;
-        for (int64_t i = 0; i < nr; i++) e[i] = da->c->rings + ((int64_t)layer * win + i) * Dh;
+        for (int64_t i = 0; i < nr; i++) {
+            int64_t t = da->sp - (da->sp - i) % win; /* the position slot i holds */
+            e[i] = t < lo ? NULL : da->c->rings + ((int64_t)layer * win + i) * Dh;
+        }
         for (int64_t i = 0; i < B; i++) e[nr + i] = kv + i * Dh;
         ar[r].kv = e;
         ar[r].n_idx = (int)per;

@@ -2,7 +2,10 @@
  * over a ragged batch: validate, reserve KV, hash engram n-grams, embed,
  * expand to hc copies, run every backbone block (engram first where the
  * layer has one, DSpark inputs recorded before the target blocks), collapse
- * with the last block's FFN pre coefficients, final norm, f32 head. */
+ * with the last block's FFN pre coefficients, final norm, f32 head.
+ * Also: the prefix-cache restore of a sequence (tide_fwd_seq_restore) and
+ * the decoder variant (rows below cache->tail_lo leave the step after the
+ * last KV source layer). */
 #include "model/forward.h"
 
 #include <stdlib.h>
@@ -72,8 +75,69 @@ int tide_fwd_seq_init(tide_fwd_ctx *fx, tide_seq_cache *c, tide_status *st) {
     for (int i = 0; i < m->n_backbone; i++)
         if (m->cfg.roles[i].compress_ratio > max_ratio) max_ratio = m->cfg.roles[i].compress_ratio;
     if (max_ratio > 64) return tide_fail(st, TIDE_ERR_UNSUPPORTED, "compress ratio %d > 64", max_ratio);
-    return tide_seq_cache_init(c, m->n_layers, (int)m->cfg.text.sliding_window, m->cfg.text.head_dim,
-                               m->n_kv_src, max_ratio, st);
+    if (tide_seq_cache_init(c, m->n_layers, (int)m->cfg.text.sliding_window, m->cfg.text.head_dim,
+                            m->n_kv_src, max_ratio, st) != 0)
+        return -1;
+    for (int k = 0; k < m->n_kv_src; k++) {
+        const tide_layer_role *r = &m->cfg.roles[m->kv_src_layer[k]];
+        c->src[k] = (tide_seq_src){m->kv_src_layer[k], r->compress_ratio,
+                                   r->is_index_source && r->indexer_owns_keys};
+    }
+    return 0;
+}
+
+int tide_fwd_last_kv_layer(const tide_fwd_ctx *fx) {
+    return fx->m->n_kv_src > 0 ? fx->m->kv_src_layer[fx->m->n_kv_src - 1] : -1;
+}
+
+static int restore_check(const tide_fwd_ctx *fx, const tide_seq_cache *c, const int32_t *tokens,
+                         int64_t frozen, int64_t start, tide_status *st) {
+    const tide_model *m = fx->m;
+    if (c->n_layers != m->n_layers || c->n_src != m->n_kv_src)
+        return tide_fail(st, TIDE_ERR_INVALID, "restore: the sequence cache is for another model");
+    if (c->pos != 0 || c->frozen_tokens != 0 || c->ckpt)
+        return tide_fail(st, TIDE_ERR_INVALID, "restore: the sequence is not fresh (pos %lld)", (long long)c->pos);
+    if (start < 0 || start > frozen || frozen > (int64_t)INT32_MAX / 2)
+        return tide_fail(st, TIDE_ERR_INVALID, "restore: need 0 <= start (%lld) <= frozen (%lld)",
+                         (long long)start, (long long)frozen);
+    if (start > 0 && !tokens) return tide_fail(st, TIDE_ERR_INVALID, "restore: no tokens for the history");
+    for (int i = 0; i < m->n_backbone; i++) {
+        int r = m->cfg.roles[i].compress_ratio;
+        if (r > 0 && frozen % r != 0)
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "restore: frozen length %lld is not a multiple of layer %d's compress ratio %d",
+                             (long long)frozen, i, r);
+    }
+    for (int k = 0; k < m->n_kv_src; k++) {
+        int64_t need = frozen / c->src[k].ratio, have = c->tables[k].n * fx->kv.block_len;
+        if (have < need)
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "restore: KV source layer %d's table holds %lld compressed positions, the "
+                             "frozen prefix needs %lld",
+                             c->src[k].layer, (long long)have, (long long)need);
+    }
+    for (int64_t t = 0; t < start; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->cfg.text.vocab_size)
+            return tide_fail(st, TIDE_ERR_INVALID, "restore: history token %lld: id %d is outside the vocabulary",
+                             (long long)t, tokens[t]);
+    return 0;
+}
+
+int tide_fwd_seq_restore(tide_fwd_ctx *fx, tide_seq_cache *c, const int32_t *tokens, int64_t frozen,
+                         int64_t start, tide_status *st) {
+    if (!fx || !c) return tide_fail(st, TIDE_ERR_INVALID, "restore: NULL context or sequence");
+    if (restore_check(fx, c, tokens, frozen, start, st) != 0) return -1;
+    if (start > 0 && tide_seq_cache_push_tokens(c, tokens, start, st) != 0) return tide_fail_ctx(st, "restore");
+    c->pos = c->ring_lo = c->dspark_pos = start;
+    c->frozen_tokens = frozen;
+    /* as a one-chunk prefill of [0, start) leaves them: every source that
+     * completed a group published, the last one in layer order last */
+    c->published = -1;
+    for (int k = 0; k < c->n_src; k++) {
+        c->n_comp[k] = start / c->src[k].ratio;
+        if (c->src[k].publishes && c->n_comp[k] > 0) c->published = c->src[k].layer;
+    }
+    return 0;
 }
 
 void tide_fwd_seq_free(tide_fwd_ctx *fx, tide_seq_cache *c) { tide_seq_cache_free(c, &fx->kv); }
@@ -98,8 +162,20 @@ static int validate(const tide_fwd_ctx *fx, const tide_step_seq *seqs, int n_seq
         for (int j = 0; j < i; j++)
             if (seqs[j].cache == s->cache)
                 return tide_fail(st, TIDE_ERR_INVALID, "forward: sequence %d appears twice in one step", i);
-        if (s->cache->pos + s->n_tokens > (int64_t)INT32_MAX / 2)
+        const tide_seq_cache *c = s->cache;
+        if (c->pos + s->n_tokens > (int64_t)INT32_MAX / 2)
             return tide_fail(st, TIDE_ERR_INVALID, "forward: sequence %d is too long", i);
+        int64_t first_logit = s->logits == TIDE_LOGITS_ALL ? c->pos : c->pos + s->n_tokens - 1;
+        if (s->logits != TIDE_LOGITS_NONE && first_logit < c->tail_lo)
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "forward: sequence %d asks for logits of position %lld, below its tail_lo %lld "
+                             "(the decoder variant does not run those rows to the head)",
+                             i, (long long)first_logit, (long long)c->tail_lo);
+        if (c->ckpt && c->pos + s->n_tokens > c->ckpt->pos + c->ckpt->max_ahead)
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "forward: sequence %d would be fed to position %lld, past its checkpoint's "
+                             "reach (%lld + %d)",
+                             i, (long long)(c->pos + s->n_tokens), (long long)c->ckpt->pos, c->ckpt->max_ahead);
         for (int64_t t = 0; t < s->n_tokens; t++) {
             int32_t id = s->tokens[t];
             if (id < 0 || id >= V)
@@ -189,10 +265,154 @@ static void free_step(tide_step *s) {
     free(s->seq_row0);
     free(s->row_seq);
     free(s->row_pos);
+    free(s->seq_pos0);
+    free(s->win_lo);
     free(s->topk);
     free(s->topk_n);
     free(s->topk_valid);
     free(s->cand);
+}
+
+/* The step's row bookkeeping: every row of every sequence, in order. */
+static void init_rows(tide_step *s, tide_step_seq *seqs, int n_seqs) {
+    s->seq_row0 = tide_xmalloc((size_t)(n_seqs + 1) * sizeof(int64_t));
+    s->seq_pos0 = tide_xmalloc((size_t)n_seqs * sizeof(int64_t));
+    s->win_lo = tide_xmalloc((size_t)n_seqs * sizeof(int64_t));
+    for (int q = 0; q < n_seqs; q++) {
+        s->seq_row0[q] = s->rows;
+        s->rows += seqs[q].n_tokens;
+        s->seq_pos0[q] = seqs[q].cache->pos;
+        s->win_lo[q] = seqs[q].cache->ring_lo;
+    }
+    s->seq_row0[n_seqs] = s->rows;
+    s->row_seq = tide_xmalloc((size_t)s->rows * sizeof(int32_t));
+    s->row_pos = tide_xmalloc((size_t)s->rows * sizeof(int64_t));
+    for (int q = 0; q < n_seqs; q++)
+        for (int64_t i = 0; i < seqs[q].n_tokens; i++) {
+            s->row_seq[s->seq_row0[q] + i] = q;
+            s->row_pos[s->seq_row0[q] + i] = seqs[q].cache->pos + i;
+        }
+    int64_t itk = s->m->cfg.text.index_topk > 0 ? s->m->cfg.text.index_topk : 1;
+    s->topk = tide_xmalloc((size_t)(s->rows * itk) * sizeof(int32_t));
+    s->topk_n = calloc((size_t)s->rows, sizeof(int32_t));
+    s->topk_valid = calloc((size_t)s->rows, sizeof(int32_t));
+    if (!s->topk_n || !s->topk_valid) abort();
+}
+
+/* Keeps rows keep[0..n) (ascending) of a [rows][width]-byte array, in place. */
+static void keep_rows(void *base, size_t width, const int64_t *keep, int64_t n) {
+    if (!base) return;
+    for (int64_t i = 0; i < n; i++)
+        if (keep[i] != i) memmove((char *)base + (size_t)i * width, (char *)base + (size_t)keep[i] * width, width);
+}
+
+/* What the rows of the step carry from layer to layer. */
+typedef struct {
+    float *h, *pre_mix;
+    int64_t *erows;  /* engram hash rows, NULL without engram */
+    int64_t *row_of; /* [rows] the row's index in the full step (for dspark_in) */
+} step_rows;
+
+/* The decoder variant: from the first layer above the last KV source on,
+ * rows below their sequence's tail_lo leave the step (those layers produce
+ * no global KV, and no logits are asked of those rows), and those layers
+ * have no window entries below tail_lo. */
+static void enter_upper_layers(tide_step *s, step_rows *sr) {
+    const tide_model *m = s->m;
+    const tide_text_config *c = &m->cfg.text;
+    int64_t *keep = tide_xmalloc((size_t)(s->rows ? s->rows : 1) * sizeof(int64_t));
+    int64_t n = 0;
+    for (int q = 0; q < s->n_seqs; q++) {
+        const tide_seq_cache *cache = s->seqs[q].cache;
+        int64_t lo = cache->tail_lo, first = -1;
+        s->win_lo[q] = lo > cache->ring_lo ? lo : cache->ring_lo;
+        for (int64_t r = s->seq_row0[q]; r < s->seq_row0[q + 1]; r++)
+            if (s->row_pos[r] >= lo) {
+                if (first < 0) first = s->row_pos[r];
+                keep[n++] = r;
+            }
+        s->seq_pos0[q] = first >= 0 ? first : cache->pos + s->seqs[q].n_tokens;
+    }
+    int64_t removed = s->rows - n;
+    if (removed > 0) {
+        int64_t hc = c->hc_mult, D = c->hidden_size, itk = c->index_topk > 0 ? c->index_topk : 1;
+        int64_t per_e = m->has_engram ? (int64_t)m->engram.n_layers * m->engram.n_cols : 0;
+        keep_rows(sr->h, (size_t)(hc * D) * sizeof(float), keep, n);
+        keep_rows(sr->pre_mix, (size_t)hc * sizeof(float), keep, n);
+        keep_rows(sr->erows, (size_t)per_e * sizeof(int64_t), keep, n);
+        keep_rows(sr->row_of, sizeof(int64_t), keep, n);
+        keep_rows(s->row_seq, sizeof(int32_t), keep, n);
+        keep_rows(s->row_pos, sizeof(int64_t), keep, n);
+        keep_rows(s->topk, (size_t)itk * sizeof(int32_t), keep, n);
+        keep_rows(s->topk_n, sizeof(int32_t), keep, n);
+        keep_rows(s->topk_valid, sizeof(int32_t), keep, n);
+        if (s->has_cand) keep_rows(s->cand, (size_t)s->cand_w, keep, n);
+        s->rows = n;
+        for (int q = 0, r = 0; q < s->n_seqs; q++) {
+            s->seq_row0[q] = r;
+            while (r < n && s->row_seq[r] == q) r++;
+        }
+        s->seq_row0[s->n_seqs] = n;
+    }
+    free(keep);
+}
+
+/* The mean over hc copies of each row's block input, for DSpark. */
+static void record_dspark(const tide_step *s, const step_rows *sr, int ti, float *dspark_in) {
+    const tide_text_config *c = &s->m->cfg.text;
+    int64_t D = c->hidden_size, hc = c->hc_mult, n_t = c->n_dspark_target_layer_ids;
+    for (int64_t r = 0; r < s->rows; r++)
+        for (int64_t d = 0; d < D; d++) {
+            float sum = 0;
+            for (int64_t k = 0; k < hc; k++) sum += sr->h[(r * hc + k) * D + d];
+            dspark_in[(sr->row_of[r] * n_t + ti) * D + d] = tide_round_bf16(sum / (float)hc);
+        }
+}
+
+/* Final collapse, norm and head for the rows asked for. */
+static void head(const tide_step *s, const step_rows *sr, float *logits) {
+    const tide_model *m = s->m;
+    const tide_text_config *c = &m->cfg.text;
+    int64_t D = c->hidden_size, hc = c->hc_mult, rows = s->rows;
+    float *x = tide_xmalloc((size_t)(rows * D) * sizeof(float));
+    s->ops->hc_pre(sr->h, rows, (int)hc, D, sr->pre_mix, x);
+    s->ops->rmsnorm(s->pool, x, rows, D, m->norm, c->rms_norm_eps, x);
+    int64_t nl = 0;
+    for (int q = 0; q < s->n_seqs; q++) {
+        /* validation made sure the rows asked for ran every layer */
+        int64_t r0 = s->seq_row0[q], n = s->seq_row0[q + 1] - r0;
+        if (s->seqs[q].logits == TIDE_LOGITS_LAST) {
+            memmove(x + nl * D, x + (r0 + n - 1) * D, (size_t)D * sizeof(float));
+            nl++;
+        } else if (s->seqs[q].logits == TIDE_LOGITS_ALL) {
+            memmove(x + nl * D, x + r0 * D, (size_t)(n * D) * sizeof(float));
+            nl += n;
+        }
+    }
+    s->ops->linear(s->pool, &m->head, x, nl, logits, 0);
+    free(x);
+}
+
+/* Everything that can fail, before any state changes: KV blocks, engram
+ * hashes, the token history. */
+static int prepare(tide_step *s, int64_t **erows, tide_status *st) {
+    const tide_model *m = s->m;
+    for (int q = 0; q < s->n_seqs; q++)
+        for (int k = 0; k < m->n_kv_src; k++) {
+            int r = m->cfg.roles[m->kv_src_layer[k]].compress_ratio;
+            int64_t end = s->seqs[q].cache->pos + s->seqs[q].n_tokens;
+            /* frozen positions are already in the table: nothing to add */
+            if (tide_kv_reserve(&s->fx->kv, &s->seqs[q].cache->tables[k], end / r, st) != 0)
+                return tide_fail_ctx(st, "forward");
+        }
+    if (m->has_engram) {
+        *erows = tide_xmalloc((size_t)(s->rows * m->engram.n_layers * m->engram.n_cols) * sizeof(int64_t));
+        if (engram_rows(s, *erows, st) != 0) return -1;
+    }
+    for (int q = 0; q < s->n_seqs; q++)
+        if (tide_seq_cache_push_tokens(s->seqs[q].cache, s->seqs[q].tokens, s->seqs[q].n_tokens, st) != 0)
+            return -1;
+    return 0;
 }
 
 int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_out *out,
@@ -208,96 +428,47 @@ int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_ou
     s.pool = fx->pool;
     s.seqs = seqs;
     s.n_seqs = n_seqs;
-    s.seq_row0 = tide_xmalloc((size_t)(n_seqs + 1) * sizeof(int64_t));
-    for (int q = 0; q < n_seqs; q++) {
-        s.seq_row0[q] = s.rows;
-        s.rows += seqs[q].n_tokens;
+    init_rows(&s, seqs, n_seqs);
+    step_rows sr = {0};
+    if (prepare(&s, &sr.erows, st) != 0) {
+        free(sr.erows);
+        free_step(&s);
+        return -1;
     }
-    s.seq_row0[n_seqs] = s.rows;
-    s.row_seq = tide_xmalloc((size_t)s.rows * sizeof(int32_t));
-    s.row_pos = tide_xmalloc((size_t)s.rows * sizeof(int64_t));
-    for (int q = 0; q < n_seqs; q++)
-        for (int64_t i = 0; i < seqs[q].n_tokens; i++) {
-            s.row_seq[s.seq_row0[q] + i] = q;
-            s.row_pos[s.seq_row0[q] + i] = seqs[q].cache->pos + i;
-        }
-    int64_t itk = c->index_topk > 0 ? c->index_topk : 1;
-    s.topk = tide_xmalloc((size_t)(s.rows * itk) * sizeof(int32_t));
-    s.topk_n = calloc((size_t)s.rows, sizeof(int32_t));
-    s.topk_valid = calloc((size_t)s.rows, sizeof(int32_t));
-    if (!s.topk_n || !s.topk_valid) abort();
-
-    /* everything that can fail happens before any state changes */
-    for (int q = 0; q < n_seqs; q++)
-        for (int k = 0; k < m->n_kv_src; k++) {
-            int r = m->cfg.roles[m->kv_src_layer[k]].compress_ratio;
-            int64_t end = seqs[q].cache->pos + seqs[q].n_tokens;
-            if (tide_kv_reserve(&fx->kv, &seqs[q].cache->tables[k], end / r, st) != 0) {
-                free_step(&s);
-                return tide_fail_ctx(st, "forward");
-            }
-        }
-    int64_t *erows = NULL;
-    if (m->has_engram) {
-        erows = tide_xmalloc((size_t)(s.rows * m->engram.n_layers * m->engram.n_cols) * sizeof(int64_t));
-        if (engram_rows(&s, erows, st) != 0) {
-            free(erows);
-            free_step(&s);
-            return -1;
-        }
-    }
-    for (int q = 0; q < n_seqs; q++)
-        if (tide_seq_cache_push_tokens(seqs[q].cache, seqs[q].tokens, seqs[q].n_tokens, st) != 0) {
-            free(erows);
-            free_step(&s);
-            return -1;
-        }
 
     int64_t D = c->hidden_size, hc = c->hc_mult, rows = s.rows;
-    float *h = tide_xmalloc((size_t)(rows * hc * D) * sizeof(float));
-    float *pre_mix = calloc((size_t)(rows * hc), sizeof(float));
-    if (!pre_mix) abort();
-    for (int64_t r = 0; r < rows; r++) pre_mix[r * hc] = 1.0f; /* one-hot on copy 0 */
-    embed(&s, h);
+    sr.h = tide_xmalloc((size_t)(rows * hc * D) * sizeof(float));
+    sr.pre_mix = calloc((size_t)(rows * hc), sizeof(float));
+    sr.row_of = tide_xmalloc((size_t)rows * sizeof(int64_t));
+    if (!sr.pre_mix) abort();
+    for (int64_t r = 0; r < rows; r++) {
+        sr.pre_mix[r * hc] = 1.0f; /* one-hot on copy 0 */
+        sr.row_of[r] = r;
+    }
+    embed(&s, sr.h);
+    float *dspark_in = out ? out->dspark_in : NULL;
+    for (int64_t r = 0; r < rows && dspark_in; r++)
+        if (s.row_pos[r] < seqs[s.row_seq[r]].cache->tail_lo) {
+            /* rows that will leave early keep zeros for the targets above */
+            memset(dspark_in, 0, (size_t)(rows * c->n_dspark_target_layer_ids * D) * sizeof(float));
+            break;
+        }
 
-    int n_t = c->n_dspark_target_layer_ids;
+    int upper0 = tide_fwd_last_kv_layer(fx) + 1;
     int rc = 0;
-    for (int i = 0; i < m->n_backbone; i++) {
+    for (int i = 0; i < m->n_backbone && rc == 0; i++) {
         const tide_layer *L = &m->layers[i];
+        if (i == upper0) enter_upper_layers(&s, &sr);
+        if (s.rows == 0) break; /* every row left: nothing above needs running */
         if (L->has_engram) {
             int64_t per = (int64_t)m->engram.n_layers * m->engram.n_cols;
-            rc = engram_layer(&s, L, erows + L->role->engram_index * m->engram.n_cols, per, h, st);
+            rc = engram_layer(&s, L, sr.erows + L->role->engram_index * m->engram.n_cols, per, sr.h, st);
             if (rc != 0) break; /* cannot happen for validated rows; reported anyway */
         }
-        if (L->role->is_dspark_target && out && out->dspark_in) {
-            int ti = L->role->dspark_target_index;
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t d = 0; d < D; d++) {
-                    float sum = 0;
-                    for (int64_t k = 0; k < hc; k++) sum += h[(r * hc + k) * D + d];
-                    out->dspark_in[(r * n_t + ti) * D + d] = tide_round_bf16(sum / (float)hc);
-                }
-        }
-        tide_block(&s, i, h, pre_mix, NULL, NULL);
+        if (L->role->is_dspark_target && dspark_in) record_dspark(&s, &sr, L->role->dspark_target_index, dspark_in);
+        tide_block(&s, i, sr.h, sr.pre_mix, NULL, NULL);
     }
-    if (rc == 0 && out && out->logits) {
-        float *x = tide_xmalloc((size_t)(rows * D) * sizeof(float));
-        s.ops->hc_pre(h, rows, (int)hc, D, pre_mix, x);
-        s.ops->rmsnorm(s.pool, x, rows, D, m->norm, c->rms_norm_eps, x);
-        int64_t nl = 0;
-        for (int q = 0; q < n_seqs; q++) {
-            int64_t r0 = s.seq_row0[q], n = seqs[q].n_tokens;
-            if (seqs[q].logits == TIDE_LOGITS_LAST) {
-                memmove(x + nl * D, x + (r0 + n - 1) * D, (size_t)D * sizeof(float));
-                nl++;
-            } else if (seqs[q].logits == TIDE_LOGITS_ALL) {
-                memmove(x + nl * D, x + r0 * D, (size_t)(n * D) * sizeof(float));
-                nl += n;
-            }
-        }
-        s.ops->linear(s.pool, &m->head, x, nl, out->logits, 0);
-        free(x);
-    }
+    if (rc == 0 && out && out->logits && s.rows > 0) head(&s, &sr, out->logits);
     if (rc == 0)
         for (int q = 0; q < n_seqs; q++) {
             tide_seq_cache *sc = seqs[q].cache;
@@ -305,9 +476,10 @@ int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_ou
             for (int k = 0; k < m->n_kv_src; k++)
                 sc->n_comp[k] = sc->pos / m->cfg.roles[m->kv_src_layer[k]].compress_ratio;
         }
-    free(h);
-    free(pre_mix);
-    free(erows);
+    free(sr.h);
+    free(sr.pre_mix);
+    free(sr.erows);
+    free(sr.row_of);
     free_step(&s);
     return rc;
 }

@@ -65,6 +65,25 @@ int tide_fwd_seq_init(tide_fwd_ctx *fx, tide_seq_cache *c, tide_status *st);
 /* Releases its KV blocks and frees it. */
 void tide_fwd_seq_free(tide_fwd_ctx *fx, tide_seq_cache *c);
 
+/* Prefix-cache restore with SWA bounded replay (docs/replay.md). c is a
+ * fresh sequence (tide_fwd_seq_init) whose block tables already hold the
+ * blocks of the compressed positions of tokens [0, frozen) of every KV
+ * source (shared in with tide_kv_share; the forward pass never writes
+ * them). Sets the token history to tokens[0, start), pos = ring_lo = start,
+ * frozen_tokens = frozen, n_comp and published as a prefill of
+ * [0, start) leaves them. The caller then feeds tokens[start, ...) as
+ * ordinary chunks: rows before frozen rebuild the window rings (seeing no
+ * window entries below start: an approximation unless start = 0 or the
+ * replay covers the receptive field). Fails, changing nothing, unless
+ * 0 <= start <= frozen, frozen is a multiple of every compress ratio, the
+ * tables hold frozen/ratio positions, the history ids are in the vocabulary
+ * and c is fresh. */
+int tide_fwd_seq_restore(tide_fwd_ctx *fx, tide_seq_cache *c, const int32_t *tokens, int64_t frozen,
+                         int64_t start, tide_status *st);
+/* The last KV source layer (layers above it are the decoder variant's
+ * "upper" layers, run only on rows >= cache->tail_lo); -1 if none. */
+int tide_fwd_last_kv_layer(const tide_fwd_ctx *fx);
+
 enum { TIDE_LOGITS_NONE = 0, TIDE_LOGITS_LAST = 1, TIDE_LOGITS_ALL = 2 };
 
 typedef struct tide_step_seq {
@@ -86,7 +105,11 @@ typedef struct tide_step_out {
 
 /* Runs one step. Fails (state unchanged) on bad token ids (< 0 or >= vocab),
  * on the image token (vision is not supported yet), on a sequence listed
- * twice, or when the KV pool is exhausted. */
+ * twice, when the KV pool is exhausted, when logits are asked of rows below
+ * cache->tail_lo (the decoder variant skipped them), or when a sequence
+ * would be fed past its active checkpoint (tide_seq_checkpoint).
+ * With the decoder variant, dspark_in rows below tail_lo hold zeros for the
+ * target layers above the last KV source. */
 int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_out *out,
                  tide_status *st);
 

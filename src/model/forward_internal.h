@@ -25,6 +25,12 @@ typedef struct tide_step {
     int64_t *seq_row0;  /* [n_seqs + 1] first row of each sequence */
     int32_t *row_seq;   /* [rows] */
     int64_t *row_pos;   /* [rows] absolute position */
+    /* Per sequence: the position of its first row in this step (cache->pos,
+     * or later once the decoder variant has dropped rows) and the position
+     * below which the current layer has no window entries (ring_lo, or
+     * tail_lo above the last KV source). */
+    int64_t *seq_pos0;
+    int64_t *win_lo;
     /* the latest index source's top-k: compressed positions, ascending, then
      * -1 for picks the query cannot see (the reference's layout: its
      * trailing -1 entries change where the softmax sums' zeros fall) */

@@ -3,6 +3,11 @@
  * warm-up launches, then the median of 20 timed ones, on random data (never
  * zeros) that is several times the L2 cache.
  *
+ * Also: the copy ceiling (cudaMemcpy device to device and tide_cuda_copy,
+ * 1 GiB each way; the roofline's bandwidth), the routed experts at the
+ * released widths (GB/s of the weights of the experts hit, TFLOP/s), the
+ * F32 head (129280 x 5120) and the elementwise ops.
+ *
  * Prints one line per kernel,
  *     BENCH|<kernel>|<shape>|<median ms>|<rate>
  * with TFLOP/s for the GEMM (2*M*N*K flops) and GB/s for the memory-bound
@@ -95,6 +100,212 @@ static void fill_scales(gu_rng *rng, uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(115 + gu_next(rng) % 16);
 }
 
+/* Fills a device buffer by uploading one host chunk of benign random data
+ * repeatedly (generating gigabytes on the host would dominate the run). */
+static void fill_dev(gu_rng *rng, void *dev, size_t bytes, int kind /* 0 floats, 1 bytes, 2 e8m0 118..122 */) {
+    size_t chunk = (size_t)16 << 20;
+    if (bytes < chunk) chunk = (bytes + 3) & ~(size_t)3;
+    uint8_t *h = gu_xmalloc(chunk);
+    for (size_t i = 0; i + 4 <= chunk; i += 4) {
+        uint64_t v = gu_next(rng);
+        if (kind == 0) {
+            float f = (float)((double)(v >> 11) * 0x1p-53 * 2.0 - 1.0);
+            memcpy(h + i, &f, 4);
+        } else if (kind == 1) {
+            memcpy(h + i, &v, 4);
+        } else {
+            for (int j = 0; j < 4; j++) h[i + j] = (uint8_t)(118 + ((v >> (8 * j)) & 0xff) % 5);
+        }
+    }
+    for (size_t at = 0; at < bytes; at += chunk) gu_up((uint8_t *)dev + at, h, bytes - at < chunk ? bytes - at : chunk);
+    free(h);
+}
+
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    int kernel;
+} copy_arg;
+static int copy_launch(void *p, tide_status *st) {
+    copy_arg *a = p;
+    if (a->kernel) return tide_cuda_copy(a->dst, a->src, a->bytes, NULL, st);
+    cudaError_t e = cudaMemcpyAsync(a->dst, a->src, a->bytes, cudaMemcpyDeviceToDevice, 0);
+    if (e != cudaSuccess) return tide_fail(st, TIDE_ERR_INTERNAL, "cudaMemcpyAsync: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+typedef struct {
+    const tide_cuda_experts *ex;
+    const float *x;
+    int64_t rows;
+    const int32_t *idx;
+    const float *w;
+    int k;
+    float *y;
+    void *ws;
+    size_t wsb;
+} experts_arg;
+static int experts_launch(void *p, tide_status *st) {
+    experts_arg *a = p;
+    return tide_cuda_moe_experts(a->ex, a->x, a->rows, a->idx, a->w, a->k, 10.0, NULL, a->y, a->ws, a->wsb, NULL, st);
+}
+
+typedef struct {
+    const void *w;
+    int64_t out, in, rows;
+    const float *x;
+    float *y;
+    int flags;
+} lin_arg;
+static int lin_launch(void *p, tide_status *st) {
+    lin_arg *a = p;
+    return tide_cuda_linear_f32(a->w, 0, a->out, a->in, a->x, a->rows, a->y, a->flags, NULL, st);
+}
+
+typedef struct {
+    int op; /* 0 swiglu, 1 compress_pool, 2 argmax, 3 engram_mix */
+    const float *a, *b;
+    float *o;
+    int32_t *ids;
+    int64_t rows, n;
+} ew_arg;
+static int ew_launch(void *p, tide_status *st) {
+    ew_arg *a = p;
+    switch (a->op) {
+    case 0: return tide_cuda_swiglu(a->a, a->b, a->rows, a->n, 10.0, a->a, a->o, NULL, st);
+    case 1: return tide_cuda_compress_pool(a->a, a->b, a->rows, 4, a->n, a->o, NULL, st);
+    case 2: return tide_cuda_argmax(a->a, a->rows, a->n, a->ids, NULL, st);
+    default: return tide_cuda_engram_mix(a->a, a->b, a->rows, 4, a->n, 1e-6, a->o, NULL, st);
+    }
+}
+
+static void bench_copy(gu_rng *rng) {
+    size_t bytes = (size_t)1 << 30;
+    copy_arg a = {gu_dalloc(bytes), gu_dalloc(bytes), bytes, 0};
+    fill_dev(rng, (void *)a.src, bytes, 1);
+    for (a.kernel = 0; a.kernel < 2; a.kernel++) {
+        float ms = time_ms(copy_launch, &a);
+        double gbs = 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
+        printf("BENCH|%s|1 GiB|%.3f ms|%.0f GB/s (read + write), %.0f%% of 4.8 TB/s\n",
+               a.kernel ? "copy kernel (16-byte)" : "cudaMemcpy D2D", ms, gbs, gbs / 48.0);
+    }
+    tide_cuda_free(a.dst);
+    tide_cuda_free((void *)a.src);
+}
+
+/* The routed experts at the released widths: 48 local experts, top-6. */
+static void bench_experts(gu_rng *rng) {
+    const int E = 48, K = 6;
+    const int64_t D = 5120, I = 2304;
+    size_t b13 = (size_t)(I * D / 2), s13 = (size_t)(I * D / 32), b2 = (size_t)(D * I / 2), s2 = (size_t)(D * I / 32);
+    size_t per_expert = 2 * (b13 + s13) + b2 + s2;
+    tide_cuda_expert_weights *t = gu_xmalloc((size_t)E * sizeof *t);
+    void **bufs = gu_xmalloc((size_t)E * sizeof *bufs);
+    for (int e = 0; e < E; e++) {
+        uint8_t *b = gu_dalloc(per_expert + 6 * 256);
+        bufs[e] = b;
+        size_t at = 0;
+        const uint8_t *p[6];
+        size_t sz[6] = {b13, s13, b13, s13, b2, s2};
+        for (int j = 0; j < 6; j++) {
+            p[j] = b + at;
+            fill_dev(rng, b + at, sz[j], j % 2 ? 2 : 1);
+            at += (sz[j] + 255) & ~(size_t)255;
+        }
+        tide_cuda_expert_weights w = {p[0], p[1], p[2], p[3], p[4], p[5]};
+        t[e] = w;
+    }
+    tide_status st = {0};
+    tide_cuda_experts *ex = NULL;
+    if (tide_cuda_experts_create(t, E, D, I, &ex, &st) != 0) {
+        fprintf(stderr, "%s\n", st.msg);
+        exit(2);
+    }
+    static const int64_t rows_list[] = {1, 8, 64, 512, 4096};
+    for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+        int64_t rows = rows_list[ri], P = rows * K;
+        int32_t *idx = gu_xmalloc((size_t)P * 4);
+        float *w = gu_xmalloc((size_t)P * 4);
+        int hit[48] = {0}, n_hit = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int j = 0; j < K; j++) {
+                int e, dup;
+                do { /* distinct experts per row */
+                    e = (int)(gu_next(rng) % E);
+                    dup = 0;
+                    for (int q = 0; q < j; q++) dup |= idx[r * K + q] == e;
+                } while (dup);
+                idx[r * K + j] = e;
+                w[r * K + j] = 0.5f;
+                if (!hit[e]) hit[e] = 1, n_hit++;
+            }
+        experts_arg a = {ex, gu_dalloc((size_t)(rows * D) * 4), rows, gu_dalloc((size_t)P * 4), gu_dalloc((size_t)P * 4),
+                         K, gu_dalloc((size_t)(rows * D) * 4), NULL, tide_cuda_moe_experts_workspace(ex, rows, K)};
+        a.ws = gu_dalloc(a.wsb);
+        fill_dev(rng, (void *)a.x, (size_t)(rows * D) * 4, 0);
+        gu_up((void *)a.idx, idx, (size_t)P * 4);
+        gu_up((void *)a.w, w, (size_t)P * 4);
+        float ms = time_ms(experts_launch, &a);
+        double gbs = (double)n_hit * (double)per_expert / (ms * 1e-3) / 1e9;
+        printf("BENCH|moe_experts (48 experts, top-6)|rows %lld, D 5120, I 2304, %d experts hit|%.3f ms|%.0f GB/s of "
+               "expert weights (%.0f%% of 4.8 TB/s), %.1f TFLOP/s\n",
+               (long long)rows, n_hit, ms, gbs, gbs / 48.0,
+               2.0 * 3.0 * (double)P * (double)D * (double)I / (ms * 1e-3) / 1e12);
+        tide_cuda_free((void *)a.x), tide_cuda_free((void *)a.idx), tide_cuda_free((void *)a.w);
+        tide_cuda_free(a.y), tide_cuda_free(a.ws);
+        free(idx), free(w);
+    }
+    tide_cuda_experts_destroy(ex);
+    for (int e = 0; e < E; e++) tide_cuda_free(bufs[e]);
+    free(bufs), free(t);
+}
+
+/* The f32 output head, 129280 x 5120. */
+static void bench_head(gu_rng *rng) {
+    const int64_t out = 129280, in = 5120;
+    size_t wb = (size_t)(out * in) * 4;
+    lin_arg a = {gu_dalloc(wb), out, in, 1, gu_dalloc((size_t)(64 * in) * 4), gu_dalloc((size_t)(64 * out) * 4), 0};
+    fill_dev(rng, (void *)a.w, wb, 0);
+    fill_dev(rng, (void *)a.x, (size_t)(64 * in) * 4, 0);
+    static const int64_t rows_list[] = {1, 4, 16, 64};
+    for (int fast = 0; fast < 2; fast++)
+        for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+            a.rows = rows_list[ri];
+            a.flags = fast ? TIDE_CUDA_LIN_FAST : 0;
+            float ms = time_ms(lin_launch, &a);
+            double gbs = (double)wb / (ms * 1e-3) / 1e9;
+            printf("BENCH|linear_f32 head%s|%lldx129280x5120|%.3f ms|%.0f GB/s weight read (%.0f%% of 4.8 TB/s), "
+                   "%.2f TFLOP/s\n",
+                   fast ? " (fast, f32 lanes)" : " (exact, double lanes)", (long long)a.rows, ms, gbs, gbs / 48.0,
+                   2.0 * (double)a.rows * (double)out * (double)in / (ms * 1e-3) / 1e12);
+        }
+    tide_cuda_free((void *)a.w), tide_cuda_free((void *)a.x), tide_cuda_free(a.y);
+}
+
+static void bench_elementwise(gu_rng *rng) {
+    size_t big = (size_t)8192 * 2304 * 4;
+    float *a = gu_dalloc(big), *b = gu_dalloc(big), *o = gu_dalloc(big);
+    int32_t *ids = gu_dalloc(64 * 4);
+    fill_dev(rng, a, big, 0);
+    fill_dev(rng, b, big, 0);
+    ew_arg s = {0, a, b, o, ids, 8192, 2304};
+    float ms = time_ms(ew_launch, &s);
+    printf("BENCH|swiglu|8192x2304|%.3f ms|%.0f GB/s\n", ms, 3.0 * (double)big / (ms * 1e-3) / 1e9);
+    ew_arg p = {1, a, b, o, ids, 8192, 512}; /* 8192 groups of 4 x 512 */
+    ms = time_ms(ew_launch, &p);
+    printf("BENCH|compress_pool|8192 groups x r 4 x 512|%.3f ms|%.0f GB/s\n", ms,
+           (2.0 * 4 + 1) * 8192 * 512 * 4 / (ms * 1e-3) / 1e9);
+    ew_arg m = {2, a, NULL, NULL, ids, 64, 129280};
+    ms = time_ms(ew_launch, &m);
+    printf("BENCH|argmax|64x129280|%.3f ms|%.0f GB/s\n", ms, 64.0 * 129280 * 4 / (ms * 1e-3) / 1e9);
+    ew_arg g = {3, a, b, o, ids, 64, 5120}; /* kv [64][5][5120], w [4][5120], x [64][4][5120] */
+    ms = time_ms(ew_launch, &g);
+    printf("BENCH|engram_mix|64 rows x hc 4 x 5120|%.3f ms|%.0f GB/s\n", ms,
+           (64.0 * 5 * 5120 + 4 * 5120 + 2.0 * 64 * 4 * 5120) * 4 / (ms * 1e-3) / 1e9);
+    tide_cuda_free(a), tide_cuda_free(b), tide_cuda_free(o), tide_cuda_free(ids);
+}
+
 int main(int argc, char **argv) {
     gu_ctx c;
     gu_init(&c, "gpu_bench_kernels");
@@ -170,5 +381,9 @@ int main(int argc, char **argv) {
         tide_cuda_free(r.y);
         free(h);
     }
+    bench_copy(&rng);
+    bench_experts(&rng);
+    bench_head(&rng);
+    bench_elementwise(&rng);
     return 0;
 }

@@ -161,4 +161,87 @@ int tide_cuda_moe_route(const float *logits, int64_t rows, int n_experts, int k,
                         int norm, float route_scale, int32_t *idx, float *w, tide_cuda_stream stream,
                         tide_status *st);
 
+/* ---- Routed MoE experts as grouped FP4 GEMMs (experts.cu) ----
+ * y[r] = sum over the row's experts in ascending expert id order (f32,
+ * from 0) of ye_e[r], ye_e = bf16(w2_e hq), h = bf16(weight * swiglu(bf16(w1_e x),
+ * bf16(w3_e x))) with the swiglu limit, every GEMM the block-scaled FP4 one
+ * (activation quantised to e4m3 per 32 values, tide_cuda_quant_fp8_act):
+ * the arithmetic of src/model/moe.c's routed part on the CPU ops. With
+ * `shared` (the shared expert's bf16 output [rows][D], may be NULL) the
+ * result is bf16(y + shared), moe.c's final line; without it y is the f32
+ * sum (add the shared expert as bf16(y + shared) yourself to match moe.c).
+ * Agreement with the CPU: each 32-block dot product comes from the tensor
+ * cores (see tests/gpu/gpu_test_experts.c for the bound and the measured
+ * error); all the rest is the CPU's f32 sequence of roundings.
+ *
+ * The expert table is made once (at load) from a HOST array of the experts'
+ * DEVICE tensors: w1, w3 [I][D/2] packed e2m1 with e8m0 scales [I][D/32],
+ * w2 [D][I/2] with [D][I/32] (TIDE_W_FP4 in ops.h); packed tensors 16-byte
+ * aligned, scales 4-byte aligned; D, I multiples of 32 up to 2^20. Routing: idx / w
+ * [rows][k] as from tide_cuda_moe_route, expert ids in [0, n_experts) (an
+ * id outside is ignored, as moe.c's loop over experts ignores it; a repeated
+ * id counts twice). Rows are bucketed by expert on the device: no host
+ * round trip. The workspace (device, 256-byte aligned) holds the buckets
+ * and the intermediates; its size depends on (rows, k) only, about
+ * rows*k*(5*I + 2*D) + rows*D bytes, and grows with rows (a workspace sized
+ * for the largest batch serves every smaller one). x, y: [rows][D] f32,
+ * 16-byte aligned, x BF16-exact; y may alias x (x is read by the first
+ * launches only, y written by the last). */
+#define TIDE_CUDA_EXPERTS_MAX 1024
+#define TIDE_CUDA_EXPERTS_MAX_K 64
+typedef struct {
+    const uint8_t *w1, *w1_scale, *w3, *w3_scale, *w2, *w2_scale; /* device pointers */
+} tide_cuda_expert_weights;
+typedef struct tide_cuda_experts tide_cuda_experts;
+int tide_cuda_experts_create(const tide_cuda_expert_weights *experts, int n_experts, int64_t dim, int64_t inter,
+                             tide_cuda_experts **out, tide_status *st);
+void tide_cuda_experts_destroy(tide_cuda_experts *ex); /* NULL is fine */
+/* Workspace bytes for one call of rows x k (0 for bad arguments). */
+size_t tide_cuda_moe_experts_workspace(const tide_cuda_experts *ex, int64_t rows, int k);
+int tide_cuda_moe_experts(const tide_cuda_experts *ex, const float *x, int64_t rows, const int32_t *idx, const float *w,
+                          int k, double swiglu_limit, const uint16_t *shared, float *y, void *workspace,
+                          size_t workspace_bytes, tide_cuda_stream stream, tide_status *st);
+
+/* ---- Elementwise ops (elementwise.cu) ----
+ * swiglu: tide_cpu_ops()->swiglu bit for bit (g, u, h [rows][n] f32,
+ * weight [rows] or NULL, h may alias g).
+ * compress_pool: tide_cpu_ops()->compress_pool bit for bit, for `groups`
+ * groups in one launch: kv, score [groups][r][dim] -> out [groups][dim];
+ * 1 <= r <= 64.
+ * engram_mix: tide_cpu_ops()->engram_mix bit for bit (kv [rows][(hc+1)*dim],
+ * w [hc][dim], x [rows][hc][dim] in place); 1 <= hc, 1 <= dim <=
+ * TIDE_CUDA_ENGRAM_MAX_DIM.
+ * argmax: per row of logits [rows][vocab], the first index of the maximum;
+ * NaN and -inf never win; -1 when no value qualifies (src/engine/sampler.c's
+ * greedy argmax). out [rows] int32.
+ * copy: a plain 16-byte-vectorised device copy (bytes a multiple of 16,
+ * both pointers 16-byte aligned); the benchmark's copy ceiling. */
+#define TIDE_CUDA_ENGRAM_MAX_DIM 16384
+int tide_cuda_swiglu(const float *g, const float *u, int64_t rows, int64_t n, double limit, const float *weight,
+                     float *h, tide_cuda_stream stream, tide_status *st);
+int tide_cuda_compress_pool(const float *kv, const float *score, int64_t groups, int r, int64_t dim, float *out,
+                            tide_cuda_stream stream, tide_status *st);
+int tide_cuda_engram_mix(const float *kv, const float *w, int64_t rows, int hc, int64_t dim, double eps, float *x,
+                         tide_cuda_stream stream, tide_status *st);
+int tide_cuda_argmax(const float *logits, int64_t rows, int64_t vocab, int32_t *out, tide_cuda_stream stream,
+                     tide_status *st);
+int tide_cuda_copy(void *dst, const void *src, size_t bytes, tide_cuda_stream stream, tide_status *st);
+
+/* ---- F32 / BF16-weight linear (linear_f32.cu) ----
+ * y[r][o] = sum_i x[r][i] * W[o][i], W [out][in] f32 (w_bf16 == 0) or bf16
+ * bit patterns (w_bf16 == 1), x [rows][in] f32, y [rows][out] f32; with
+ * TIDE_CUDA_LIN_BF16_OUT (= ops.h's TIDE_LIN_BF16_OUT) y is rounded to BF16.
+ * Default: tide_cpu_ops()->linear bit for bit (the CPU's dot product: f32
+ * products summed in double over 4 lanes i % 4 in order, (s0+s1)+(s2+s3),
+ * rounded once; the GPU runs the same double additions, as FMAs, which is
+ * exact here because a product of two floats is exact in double).
+ * TIDE_CUDA_LIN_FAST: the same lanes accumulated in f32 by FMA instead;
+ * |y - cpu| <= (in/4 + 3) * 2^-24 * sum_i |x_i W_i| + 2^-24 |cpu| (before
+ * the optional bf16 rounding). Both are memory-bound up to about 16 rows
+ * (the H200's double FMA rate is half its f32 rate; docs/gpu.md). */
+#define TIDE_CUDA_LIN_BF16_OUT 1
+#define TIDE_CUDA_LIN_FAST 2
+int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows, float *y,
+                         int flags, tide_cuda_stream stream, tide_status *st);
+
 #endif

@@ -1,0 +1,94 @@
+/* The CUDA ops table: backend/ops.h filled from the kernels of
+ * cuda_kernels.h, on HOST arrays. Every call uploads its inputs to a device
+ * scratch arena, launches, and downloads its outputs, so the forward pass
+ * runs unchanged (the same graph as the CPU, op for op). This is the
+ * CORRECTNESS path that checks the kernels on the whole model
+ * (tests/gpu/gpu_test_model.c), not the fast path: activations cross PCIe at
+ * every op.
+ *
+ *     tide_cuda_ops_ctx *cx;
+ *     if (tide_cuda_ops_create(&cx, &st) != 0) ...
+ *     tide_fwd_ctx_create(model, tide_cuda_ops_table(cx), ...);
+ *     tide_forward(...);
+ *     if (tide_cuda_ops_error(cx, &st) != 0) ...   // after every step
+ *     tide_cuda_ops_destroy(cx);
+ *
+ * Weights (tide_weight.data / .scale, views into the mmapped checkpoint that
+ * never change while the model is loaded) are uploaded once and kept in a
+ * map from host pointer (and size) to device copy, until destroy. Ops with no
+ * kernel for a shape or type run the CPU op instead and are counted as CPU
+ * fallbacks in the stats.
+ *
+ * Errors: ops.h functions return void. The first CUDA error is recorded in
+ * the context (sticky); from then on every op is a no-op that leaves its
+ * outputs defined (zeros; in-place ops leave their data unchanged; top-k
+ * returns 0; routing picks experts 0..k-1 with weight 0), so the forward
+ * cannot read uninitialised memory or index out of range. Check
+ * tide_cuda_ops_error after each step.
+ *
+ * TEMPORARY: ops.h's functions take no context argument, so the table binds
+ * to ONE process-wide context, guarded by a mutex (only one context may exist
+ * at a time; ops called from several threads, as the indexer does, are
+ * serialised). docs/gpu.md proposes the ops.h change that removes this. */
+#ifndef TIDE_BACKEND_CUDA_CUDA_OPS_H
+#define TIDE_BACKEND_CUDA_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/ops.h"
+#include "base/status.h"
+
+typedef struct tide_cuda_ops_ctx tide_cuda_ops_ctx;
+
+/* Per-op counters: calls that ran on the GPU and calls that ran the CPU op. */
+typedef enum tide_cuda_op {
+    TIDE_CUDA_OP_LINEAR_FP8 = 0,
+    TIDE_CUDA_OP_LINEAR_FP4,
+    TIDE_CUDA_OP_LINEAR_F32,
+    TIDE_CUDA_OP_LINEAR_BF16,
+    TIDE_CUDA_OP_RMSNORM,
+    TIDE_CUDA_OP_ROPE,
+    TIDE_CUDA_OP_HC_MIXES,
+    TIDE_CUDA_OP_HC_PRE,
+    TIDE_CUDA_OP_HC_POST,
+    TIDE_CUDA_OP_SPARSE_ATTN,
+    TIDE_CUDA_OP_INDEX_SCORES,
+    TIDE_CUDA_OP_TOPK,
+    TIDE_CUDA_OP_SWIGLU,
+    TIDE_CUDA_OP_ENGRAM_MIX,
+    TIDE_CUDA_OP_MOE_ROUTE,
+    TIDE_CUDA_OP_COMPRESS_POOL,
+    TIDE_CUDA_OP_COUNT
+} tide_cuda_op;
+
+typedef struct tide_cuda_ops_stats {
+    uint64_t gpu_calls[TIDE_CUDA_OP_COUNT];
+    uint64_t cpu_fallbacks[TIDE_CUDA_OP_COUNT];
+    uint64_t kernel_launches;
+    uint64_t bytes_uploaded;   /* all host -> device copies, weights included */
+    uint64_t bytes_downloaded;
+    uint64_t weight_bytes;     /* device bytes held by the weight map */
+    uint64_t weights_cached;   /* entries in the weight map */
+    uint64_t arena_bytes;      /* current size of the scratch arena */
+} tide_cuda_ops_stats;
+
+/* Creates THE context (fails with TIDE_ERR_UNSUPPORTED when there is no CUDA
+ * device, TIDE_ERR_INVALID when one already exists). */
+int tide_cuda_ops_create(tide_cuda_ops_ctx **out, tide_status *st);
+/* The ops table bound to the context (valid until destroy). */
+const tide_ops *tide_cuda_ops_table(tide_cuda_ops_ctx *cx);
+/* Frees every device buffer and the context; NULL is fine. A table used
+ * after this runs the CPU ops. */
+void tide_cuda_ops_destroy(tide_cuda_ops_ctx *cx);
+/* 0 while no CUDA error has happened; else -1 with the first error in *st. */
+int tide_cuda_ops_error(tide_cuda_ops_ctx *cx, tide_status *st);
+/* Frees the weight map's device copies. Call it before freeing a model whose
+ * weights the table has seen if the context is reused for another model: the
+ * map is keyed by host address, and a new mapping may reuse an old one. */
+void tide_cuda_ops_drop_weights(tide_cuda_ops_ctx *cx);
+void tide_cuda_ops_get_stats(tide_cuda_ops_ctx *cx, tide_cuda_ops_stats *out);
+/* "linear_fp8", "rmsnorm", ... for TIDE_CUDA_OP_*; "?" otherwise. */
+const char *tide_cuda_op_name(int op);
+
+#endif

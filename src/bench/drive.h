@@ -1,0 +1,29 @@
+/* Drives a generated workload through an engine (include/tide.h only):
+ * submits requests, steps until idle, releases finished requests, and sums
+ * what each step did. Latencies go to the recorder, which must be the
+ * engine's event callback context. */
+#ifndef TIDE_BENCH_DRIVE_H
+#define TIDE_BENCH_DRIVE_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "bench/recorder.h"
+#include "bench/workload.h"
+#include "tide.h"
+
+typedef struct tide_drive_result {
+    double wall;          /* seconds from the first submission to idle */
+    int64_t steps;
+    int64_t sum_seqs;     /* sequences over all steps (mean batch = sum_seqs / steps) */
+    int64_t sum_tokens;   /* tokens fed over all steps */
+} tide_drive_result;
+
+/* Submits requests [lo, hi) of w at once (slot = request index; greedy, no
+ * stop tokens, so each generates exactly w->max_tokens), then steps until
+ * the engine is idle. A rejected submission or a failed step fails the
+ * call; requests that finish with an error are counted by the recorder. */
+int tide_drive(tide_engine *e, tide_recorder *rec, const tide_workload *w, int64_t lo, int64_t hi,
+               tide_drive_result *out, tide_status *st);
+
+#endif

@@ -1,0 +1,75 @@
+/* `tide bench`: the modes (one file each) and what they share: option
+ * parsing, the engine flags of the engine-driven modes, number formatting.
+ * cmd_bench.c dispatches `tide bench MODE ...`; docs/perf.md describes the
+ * modes, their output and the roofline model. */
+#ifndef TIDE_CLI_BENCH_H
+#define TIDE_CLI_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tide.h"
+
+/* Each mode: argv[0] is the mode's name; returns a process exit code
+ * (0 ok, 1 failed, 2 bad usage). */
+int tide_bench_offline(int argc, char **argv);  /* bench_offline.c */
+int tide_bench_prefix(int argc, char **argv);   /* bench_prefix.c */
+int tide_bench_step(int argc, char **argv);     /* bench_step.c: decode and prefill */
+int tide_bench_roofline(int argc, char **argv); /* bench_roofline.c */
+
+/* ---- option parsing (cmd_bench.c) ---- */
+
+typedef enum bench_kind {
+    BENCH_INT,   /* int64_t *, within [lo, hi] */
+    BENCH_RANGE, /* int64_t[2]: "A" or "A-B", lo <= A <= B <= hi */
+    BENCH_LIST,  /* bench_list *: "A,B,C", each within [lo, hi] */
+    BENCH_STR,   /* const char ** */
+    BENCH_FLAG,  /* int *, set to 1 */
+} bench_kind;
+
+#define BENCH_LIST_MAX 16
+typedef struct bench_list {
+    int64_t v[BENCH_LIST_MAX];
+    int n;
+} bench_list;
+
+typedef struct bench_opt {
+    const char *flag; /* NULL ends a table */
+    bench_kind kind;
+    void *dst;
+    int64_t lo, hi;
+} bench_opt;
+
+/* Parses argv[1..argc) against opts. Returns -1 to go on; 0 after --help
+ * (usage on stdout); 2 after a bad or unknown option (the problem and the
+ * usage on stderr, prefixed "tide bench MODE: "). */
+int tide_bench_parse(const char *mode, int argc, char **argv, const bench_opt *opts, void (*usage)(FILE *));
+/* Reports a usage error found after parsing (missing option, bad combination). */
+int tide_bench_usage_error(const char *mode, void (*usage)(FILE *), const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The engine flags of offline and prefix, with their defaults. */
+typedef struct bench_engine_opts {
+    int64_t threads, max_seqs, step_tokens, chunk, kv_blocks, kv_block, seed;
+    int canonical, no_quirk;
+} bench_engine_opts;
+void tide_bench_engine_defaults(bench_engine_opts *o);
+/* Appends the BENCH_ENGINE_OPTS engine flags' entries to opts at *n (size
+ * tables as own entries + BENCH_ENGINE_OPTS + 1 for the terminator). */
+#define BENCH_ENGINE_OPTS 9
+void tide_bench_engine_table(bench_engine_opts *o, bench_opt *opts, int *n);
+tide_engine_config tide_bench_engine_config(const bench_engine_opts *o);
+/* The help lines of those flags. */
+void tide_bench_engine_help(FILE *f);
+
+struct tide_roof;
+/* The roofline lines of one step (bench_roofline.c): bytes and FLOPs by
+ * part, the roofline time under the given ceilings and, when measured > 0
+ * (seconds), the ratio roofline / measured. kv names the cache dtypes. */
+void tide_bench_print_roofline(const struct tide_roof *r, const char *kv, double bytes_per_s, double flops_per_s,
+                               double measured);
+
+/* "12.3 MB" style (decimal prefixes) into buf; returns buf. */
+const char *tide_bench_si(double x, const char *unit, char *buf, int cap);
+
+#endif

@@ -1,0 +1,107 @@
+# tide bench: every mode briefly on synth:tiny (the output has its fields,
+# the synthetic checkpoint's temporary directory is gone afterwards), and
+# bad usage exits 2 with a message that names the problem.
+# Usage: bash sh_bench.sh TIDE_EXE SRC_DIR BIN_DIR
+set -u
+TIDE=$1
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sh_bench.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/tmp"
+export TMPDIR=$WORK/tmp # where synth:tiny is written (and must be removed)
+FAIL=0
+
+fail() {
+    echo "FAIL: $*"
+    FAIL=1
+}
+
+# run NAME ARGS...: must exit 0; output in $WORK/NAME.out
+run() {
+    local name=$1
+    shift
+    "$TIDE" bench "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    local rc=$?
+    [ $rc -eq 0 ] || { fail "$name: exit $rc"; cat "$WORK/$name.err"; }
+}
+
+# has NAME PATTERN...: each extended regex must match a line of NAME's output
+has() {
+    local name=$1
+    shift
+    for p in "$@"; do
+        grep -Eq -- "$p" "$WORK/$name.out" || { fail "$name: no line matches '$p'"; cat "$WORK/$name.out"; }
+    done
+}
+
+# usage NAME PATTERN ARGS...: must exit 2 with PATTERN on stderr
+usage() {
+    local name=$1 pat=$2
+    shift 2
+    "$TIDE" bench "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "$name: exit $rc, expected 2 (usage)"
+    grep -Eq -- "$pat" "$WORK/$name.err" || { fail "$name: stderr lacks '$pat'"; cat "$WORK/$name.err"; }
+}
+
+NUM='[0-9]+(\.[0-9]+)?'
+
+run offline offline --model synth:tiny --requests 6 --prompt-len 4-12 --gen 3 --seed 7
+has offline "^tide bench offline: model synth:tiny, 6 requests" "requests/s +$NUM" "prompt tok/s +$NUM" \
+    "generated tok/s +$NUM \(18 tokens\)" "TTFT +p50 $NUM p90 $NUM p99 $NUM +\(ms, 6 samples\)" \
+    "inter-token +p50 $NUM p99 $NUM +\(ms, 12 samples\)" "steps +[0-9]+, mean batch $NUM sequences"
+
+run prefix prefix --model synth:tiny --requests 3 --shared 128 --suffix 4 --gen 2
+has prefix "^tide bench prefix: model synth:tiny, 3 requests of 128 shared \+ 4 own tokens" \
+    "^ +off +0\.000 +0 +0 +$NUM +$NUM +$NUM +$NUM" "^ +on +$NUM +2 +256 +$NUM" \
+    "speed-up \(off / on\): TTFT mean ${NUM}x, p50 ${NUM}x, p99 ${NUM}x, wall ${NUM}x"
+
+run decode decode --model synth:tiny --batch 2 --context 40 --steps 2 --warmup 1 --copy-mib 8
+has decode "^tide bench decode: model synth:tiny, batch 2, context 40" "ceilings +copy $NUM [kMG]?B/s.*FP8 GEMM $NUM [kMGT]?FLOP/s" \
+    "step +median $NUM ms \(min $NUM, max $NUM; 2 timed after 1 warm-up\)" "throughput +$NUM tokens/s" \
+    "roofline bytes +$NUM [kMG]?B = weights" "KV $NUM [kMG]?B \(f32: window" "roofline flops +$NUM [kMGT]?FLOP = GEMM" \
+    "roofline time +$NUM ms = max\(bytes/BW $NUM ms, flops/rate $NUM ms\): (memory|compute) bound" \
+    "roofline/measured $NUM"
+
+run prefill prefill --model synth:tiny --len 24 --steps 1 --warmup 0 --kv packed --copy-mib 8
+has prefill "^tide bench prefill: model synth:tiny, prompt 24 tokens" "step +median $NUM ms" "throughput +$NUM tokens/s" \
+    "KV $NUM [kMG]?B \(packed: window" "roofline/measured $NUM"
+
+run roofline roofline --shape flash-ep8 --batch 1,32 --context 4096 --len 8192
+has roofline "^tide bench roofline: flash-ep8, KV packed, ceilings 4800 GB/s and 1979 TFLOP/s" \
+    "^decode B=1 C=4096 +$NUM GB" "^decode B=32 C=4096 " "^prefill L=8192 .* compute +$NUM$"
+
+run help --help
+has help "offline" "prefix" "decode" "prefill" "roofline" "replay"
+for m in offline prefix decode prefill roofline; do
+    run "help_$m" "$m" --help
+    has "help_$m" "^usage: tide bench $m"
+done
+# replay is another module's: it must be reached (whatever it says)
+"$TIDE" bench replay --help >"$WORK/replay.out" 2>&1
+grep -q "replay" "$WORK/replay.out" || fail "replay: not dispatched"
+
+# the synthetic checkpoints are gone
+[ -z "$(ls -A "$TMPDIR")" ] || fail "temporary files left behind: $(ls -A "$TMPDIR")"
+
+usage nomode "usage: tide bench MODE"
+usage badmode "unknown mode 'fast'" fast
+usage unknown "offline: unknown option '--bogus'" offline --model synth:tiny --bogus
+usage nomodel "decode: --model is required" decode --batch 2
+usage badint "decode: --batch: 'x' is not an integer in 1..4096" decode --model synth:tiny --batch x
+usage zero "decode: --batch: '0' is not an integer" decode --model synth:tiny --batch 0
+usage novalue "prefill: --len needs a value" prefill --model synth:tiny --len
+usage badrange "offline: --prompt-len: '9-3' is not N or A-B" offline --model synth:tiny --prompt-len 9-3
+usage badkv "decode: --kv: 'fp16' is neither f32 nor packed" decode --model synth:tiny --kv fp16
+usage badlist "roofline: --batch: '1,,2' is not a list" roofline --shape tiny --batch 1,,2
+usage badshape "unknown shape \"huge\"" roofline --shape huge
+usage both "roofline: give one of --shape and --model" roofline --shape tiny --model synth:tiny
+usage onereq "prefix: --requests: '1' is not an integer in 2..100000" prefix --model synth:tiny --requests 1
+
+# a model that does not exist is a failure (1), not a usage error
+"$TIDE" bench decode --model "$WORK/none" >/dev/null 2>"$WORK/none.err"
+rc=$?
+[ $rc -eq 1 ] || fail "missing model: exit $rc, expected 1"
+grep -q "tide bench decode: " "$WORK/none.err" || fail "missing model: no message"
+
+[ $FAIL -eq 0 ] && echo "sh_bench: all checks passed"
+exit $FAIL
