@@ -32,7 +32,8 @@
  *
  * Errors: every fallible function returns 0 or -1 and fills a tide_status
  * (base/status.h) with a message that says what was wrong. Not thread-safe:
- * one thread drives an engine (the engine itself uses a worker pool). */
+ * one thread drives an engine (the engine itself uses a worker pool and,
+ * with cfg.overlap, a thread for the forward pass inside each step). */
 #ifndef TIDE_H
 #define TIDE_H
 
@@ -118,6 +119,14 @@ typedef struct tide_engine_config {
     int64_t prefix_replay;
     tide_event_fn on_event;    /* optional */
     void *event_ctx;
+    /* Overlapped scheduling (docs/engine.md, "Overlapped scheduling"):
+     * 1 = plan step N+1 (admission, preemption, prefix lookups, block
+     * counts) while step N's forward pass runs (on an engine thread here),
+     * 0 (default) = the same plans made after the pass, on one thread.
+     * Outputs are identical either way. Off by default on the CPU backend:
+     * there the gap between passes is the sampler, and planning is too
+     * cheap for the thread to pay (docs/engine.md has the figures). */
+    int overlap;
 } tide_engine_config;
 
 tide_engine_config tide_engine_config_default(void);
@@ -216,6 +225,36 @@ typedef struct tide_engine_stats {
     int64_t prefix_pages_idle;    /* cached pages nobody uses: evictable */
     int64_t prefix_evictions;     /* cached pages evicted (their blocks reclaimed) */
     int64_t kv_blocks_cached;     /* blocks held only by idle cached pages (reclaimable) */
+    /* Step phases (docs/engine.md, "Overlapped scheduling"): wall-clock
+     * seconds on the thread that drives the engine. prepare = planning
+     * (admission, preemption, prefix lookups, the batch's descriptors);
+     * forward = the launch (KV blocks reserved) and the forward pass (on
+     * the CPU backend the worker pool runs it: the "device"), up to the
+     * join with overlap on; complete = page registration, sampling,
+     * appending, events, stop checks. prepare + forward + complete =
+     * step_seconds (and last_* likewise); with overlap on, the planning
+     * done while the pass ran is not in prepare but in overlap_seconds (it
+     * hid inside forward). */
+    double prepare_seconds, forward_seconds, complete_seconds;
+    double last_prepare_seconds, last_forward_seconds, last_complete_seconds;
+    double host_seconds;          /* prepare + complete: time per step outside the forward */
+    double last_host_seconds;
+    /* The sampler's share of complete (on the worker pool here; a device
+     * backend samples on the device, so host_seconds - sample_seconds is
+     * the host's own scheduling and bookkeeping time) */
+    double sample_seconds, last_sample_seconds;
+    double overlap_seconds, last_overlap_seconds; /* planning hidden behind a pass (overlap on) */
+    int64_t forwards;             /* steps that ran a forward pass */
+    /* The device's idle gap: from the end of one forward pass to the start
+     * of the next while the engine stays busy (whatever the caller does
+     * between tide_engine_step calls counts too; a gap is not counted across
+     * a moment when the engine was idle). */
+    double idle_gap_seconds;      /* total */
+    double last_idle_gap_seconds; /* before the last step's forward pass (0 if not counted) */
+    int64_t idle_gaps;            /* gaps counted */
+    /* idle_gap_seconds / (idle_gap_seconds + the forward time of the passes
+     * that ended a counted gap): the device's idle share (0 when none) */
+    double idle_fraction;
 } tide_engine_stats;
 
 void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s);

@@ -50,6 +50,35 @@ has offline "^tide bench offline: model synth:tiny, 6 requests" "requests/s +$NU
     "generated tok/s +$NUM \(18 tokens\)" "TTFT +p50 $NUM p90 $NUM p99 $NUM +\(ms, 6 samples\)" \
     "inter-token +p50 $NUM p99 $NUM +\(ms, 12 samples\)" "steps +[0-9]+, mean batch $NUM sequences"
 
+# --input: the workload of a JSONL file ('tide run --input' format); every
+# line ignores EOS, so the token count is exact (3 + --gen 4 + 2)
+printf '%s\n' '{"id": "a", "prompt_ids": [5, 6, 7, 8], "max_tokens": 3, "ignore_eos": true}' '' \
+    '{"prompt_ids": [9, 10], "temperature": 0.7, "seed": 3, "ignore_eos": true}' \
+    '{"prompt_ids": [11, 12, 13], "max_tokens": 2, "top_k": 5, "ignore_eos": true}' >"$WORK/in.jsonl"
+run offline_input offline --model synth:tiny --input "$WORK/in.jsonl" --gen 4 --seed 7
+has offline_input "^tide bench offline: model synth:tiny, 3 requests from .*in\.jsonl, prompt 2-4 tokens \(9 in all\), seed 7" \
+    "requests/s +$NUM" "generated tok/s +$NUM \(9 tokens\)" "TTFT +p50 $NUM p90 $NUM p99 $NUM +\(ms, 3 samples\)" \
+    "inter-token +p50 $NUM p99 $NUM +\(ms, 6 samples\)" "steps +[0-9]+, mean batch $NUM sequences"
+
+# failure NAME PATTERN ARGS...: must exit 1 (a runtime failure) with PATTERN on stderr
+failure() {
+    local name=$1 pat=$2
+    shift 2
+    "$TIDE" bench "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    local rc=$?
+    [ $rc -eq 1 ] || fail "$name: exit $rc, expected 1 (failure)"
+    grep -Eq -- "$pat" "$WORK/$name.err" || { fail "$name: stderr lacks '$pat'"; cat "$WORK/$name.err"; }
+}
+printf '%s\n' '{"prompt_ids": [5]}' '' '{"prompt_ids": [5], "top_k": "x"}' >"$WORK/bad.jsonl"
+failure badline '^tide bench offline: line 3: "top_k": expected an integer, got a string$' \
+    offline --model synth:tiny --input "$WORK/bad.jsonl"
+printf '{"prompt_ids": [5, 6' >"$WORK/trunc.jsonl"
+failure notjson '^tide bench offline: line 1: not JSON' offline --model synth:tiny --input "$WORK/trunc.jsonl"
+printf '{"prompt_ids": []}\n' >"$WORK/rejected.jsonl"
+failure rejected '^tide bench offline: line 1: request: the prompt is empty' \
+    offline --model synth:tiny --input "$WORK/rejected.jsonl"
+failure noinput "^tide bench offline: cannot open $WORK/none.jsonl" offline --model synth:tiny --input "$WORK/none.jsonl"
+
 run prefix prefix --model synth:tiny --requests 3 --shared 128 --suffix 4 --gen 2
 has prefix "^tide bench prefix: model synth:tiny, 3 requests of 128 shared \+ 4 own tokens" \
     "^ +off +0\.000 +0 +0 +$NUM +$NUM +$NUM +$NUM" "^ +on +$NUM +2 +256 +$NUM" \
@@ -76,6 +105,7 @@ for m in offline prefix decode prefill roofline; do
     run "help_$m" "$m" --help
     has "help_$m" "^usage: tide bench $m"
 done
+has help_offline "^ +--input FILE +JSONL requests"
 # replay is another module's: it must be reached (whatever it says)
 "$TIDE" bench replay --help >"$WORK/replay.out" 2>&1
 grep -q "replay" "$WORK/replay.out" || fail "replay: not dispatched"
@@ -95,6 +125,7 @@ usage badkv "decode: --kv: 'fp16' is neither f32 nor packed" decode --model synt
 usage badlist "roofline: --batch: '1,,2' is not a list" roofline --shape tiny --batch 1,,2
 usage badshape "unknown shape \"huge\"" roofline --shape huge
 usage both "roofline: give one of --shape and --model" roofline --shape tiny --model synth:tiny
+usage inputreq "offline: --input replaces --requests and --prompt-len" offline --model synth:tiny --input x --requests 2
 usage onereq "prefix: --requests: '1' is not an integer in 2..100000" prefix --model synth:tiny --requests 1
 
 # a model that does not exist is a failure (1), not a usage error

@@ -117,7 +117,7 @@ static void test_gemm(void **state) {
         }
         assert_int_equal(tn_call(f->dir, op, in, fmt == 2 ? 2 : 3), 0);
         float *y = malloc((size_t)(M * N) * sizeof(float));
-        f->ops->linear(NULL, &tw, x, M, y, TIDE_LIN_BF16_OUT);
+        f->ops->linear(f->ops, NULL, &tw, x, M, y, TIDE_LIN_BF16_OUT);
         expect_equal(f, "y", y, M * N);
         free(x);
         free(w);
@@ -134,7 +134,7 @@ static void test_rmsnorm(void **state) {
     tn_arr in[] = {tn_f32("x", x, 2, T, D, 0), tn_f32("w", w, 1, D, 0, 0), {"eps", 'f', 0, {0}, &eps}};
     assert_int_equal(tn_call(f->dir, "rmsnorm", in, 3), 0);
     float *y = malloc((size_t)(T * D) * sizeof(float));
-    f->ops->rmsnorm(NULL, x, T, D, w, 1e-20, y);
+    f->ops->rmsnorm(f->ops, NULL, x, T, D, w, 1e-20, y);
     expect_equal(f, "y", y, T * D);
     free(x);
     free(w);
@@ -232,7 +232,7 @@ static void test_rope(void **state) {
         memcpy(y, x, (size_t)(T * H * rd) * sizeof(float));
         for (int t = 0; t < T; t++) {
             tide_rope_cs(mine, (int)rd / 2, pos[t], cs);
-            f->ops->rope(y + t * H * rd, H, rd, rd / 2, cs, yarn);
+            f->ops->rope(f->ops, y + t * H * rd, H, rd, rd / 2, cs, yarn);
         }
         expect_equal(f, "y", y, T * H * rd);
         free(rf);
@@ -257,7 +257,7 @@ static void test_hc(void **state) {
                    {"norm_eps", 'f', 0, {0}, &ne}};
     assert_int_equal(tn_call(f->dir, "hc_mixes", in, 7), 0);
     float pre[20], post[20], comb[80];
-    f->ops->hc_mixes(NULL, x, T, (int)hc, D, fn, scale, base, 1e-20, 20, 1e-6, pre, post, comb);
+    f->ops->hc_mixes(f->ops, NULL, x, T, (int)hc, D, fn, scale, base, 1e-20, 20, 1e-6, pre, post, comb);
     expect_equal(f, "pre", pre, T * hc);
     expect_equal(f, "post", post, T * hc);
     expect_equal(f, "comb", comb, T * hc * hc);
@@ -265,14 +265,14 @@ static void test_hc(void **state) {
     float *y = malloc((size_t)(T * D) * sizeof(float));
     tn_arr in2[] = {tn_f32("x", x, 3, T, hc, D), tn_f32("pre", pre, 2, T, hc, 0)};
     assert_int_equal(tn_call(f->dir, "hc_pre", in2, 2), 0);
-    f->ops->hc_pre(x, T, (int)hc, D, pre, y);
+    f->ops->hc_pre(f->ops, x, T, (int)hc, D, pre, y);
     expect_equal(f, "y", y, T * D);
 
     float *out = malloc((size_t)(T * hc * D) * sizeof(float));
     tn_arr in3[] = {tn_f32("y", y, 2, T, D, 0), tn_f32("residual", x, 3, T, hc, D), tn_f32("post", post, 2, T, hc, 0),
                     tn_f32("comb", comb, 3, T, hc, hc)};
     assert_int_equal(tn_call(f->dir, "hc_post", in3, 4), 0);
-    f->ops->hc_post(y, x, T, (int)hc, D, post, comb, out);
+    f->ops->hc_post(f->ops, y, x, T, (int)hc, D, post, comb, out);
     expect_equal(f, "out", out, T * hc * D);
     free(x);
     free(fn);
@@ -301,7 +301,7 @@ static void test_sparse_attn(void **state) {
         rows[t].n_idx = (int)K;
     }
     float *o = malloc((size_t)(T * H * D) * sizeof(float));
-    f->ops->sparse_attn(NULL, q, T, (int)H, D, rows, sink, scale, o);
+    f->ops->sparse_attn(f->ops, NULL, q, T, (int)H, D, rows, sink, scale, o);
     expect_equal(f, "o", o, T * H * D);
     free(q);
     free(kv);
@@ -322,7 +322,7 @@ static void test_indexer(void **state) {
     assert_int_equal(tn_call(f->dir, "indexer_score", in, 4), 0);
     float *sc = malloc((size_t)(T * N) * sizeof(float));
     for (int64_t t = 0; t < T; t++) {
-        f->ops->index_scores(q + t * H * d, (int)H, d, w + t * H, k, N, sc + t * N);
+        f->ops->index_scores(f->ops, q + t * H * d, (int)H, d, w + t * H, k, N, sc + t * N);
         for (int64_t j = cl[t]; j < N; j++) sc[t * N + j] = -INFINITY;
     }
     expect_equal(f, "score", sc, T * N);
@@ -338,7 +338,7 @@ static void test_indexer(void **state) {
     assert_int_equal(n, T * 6);
     for (int64_t t = 0; t < T; t++) {
         int32_t out[64];
-        int got = f->ops->topk_sorted(sc + t * N, N, 6, out, NULL);
+        int got = f->ops->topk_sorted(f->ops, sc + t * N, N, 6, out, NULL);
         for (int i = 0; i < 6; i++) {
             int32_t want = i < got && out[i] < cl[t] ? out[i] : -1;
             assert_int_equal(want, (int32_t)ref[t * 6 + i]);
@@ -392,8 +392,8 @@ static void test_moe_route(void **state) {
         float *logits = malloc((size_t)(T * E) * sizeof(float)), w[24];
         int32_t idx[24];
         tide_weight tw = {TIDE_W_F32, E, D, gw, NULL};
-        f->ops->linear(NULL, &tw, x, T, logits, 0);
-        f->ops->moe_route(logits, T, (int)E, k, func, bias, 1, 1.5f, idx, w);
+        f->ops->linear(f->ops, NULL, &tw, x, T, logits, 0);
+        f->ops->moe_route(f->ops, logits, T, (int)E, k, func, bias, 1, 1.5f, idx, w);
         int64_t n;
         /* sqrt-softplus too: log1p(exp(x)) in double rounded once on both sides */
         expect_equal(f, "weights", w, T * k);
@@ -415,7 +415,7 @@ static void test_swiglu(void **state) {
                    tn_f32("weight", wt, 1, T, 0, 0)};
     assert_int_equal(tn_call(f->dir, "swiglu", in, 4), 0);
     float *h = malloc((size_t)(T * F) * sizeof(float));
-    f->ops->swiglu(g, u, T, F, 10.0, wt, h);
+    f->ops->swiglu(f->ops, g, u, T, F, 10.0, wt, h);
     int64_t n;
     double *ref = tn_out(f->dir, "y", &n);
     for (int64_t i = 0; i < T * F; i++) assert_true(h[i] == tide_round_bf16((float)ref[i]));
@@ -442,16 +442,16 @@ static void test_compressor(void **state) {
     assert_int_equal(tn_call(f->dir, "compressor", in, 9), 0);
     float kv[5 * 32], sc[5 * 32], lat[5 * 32];
     tide_weight w1 = {TIDE_W_F32, D, DIM, wkv, NULL}, w2 = {TIDE_W_F32, D, DIM, wg, NULL};
-    f->ops->linear(NULL, &w1, x, T, kv, 0);
-    f->ops->linear(NULL, &w2, x, T, sc, 0);
+    f->ops->linear(f->ops, NULL, &w1, x, T, kv, 0);
+    f->ops->linear(f->ops, NULL, &w2, x, T, sc, 0);
     int64_t g = 0;
     for (int64_t t = 0; t < T; t++) {
         int64_t p = sp + t, slot = p % r;
         memcpy(skv + slot * D, kv + t * D, (size_t)D * sizeof(float));
         memcpy(ssc + slot * D, sc + t * D, (size_t)D * sizeof(float));
-        if ((p + 1) % r == 0) f->ops->compress_pool(skv, ssc, r, D, lat + (g++) * D);
+        if ((p + 1) % r == 0) f->ops->compress_pool(f->ops, skv, ssc, r, D, lat + (g++) * D);
     }
-    f->ops->rmsnorm(NULL, lat, g, D, nw, 1e-20, lat);
+    f->ops->rmsnorm(f->ops, NULL, lat, g, D, nw, 1e-20, lat);
     expect_equal(f, "latent", lat, g * D);
     expect_equal(f, "state_kv", skv, r * D);
     free(x);

@@ -1,7 +1,8 @@
 /* The ops table: every numeric kernel the forward pass calls, as one struct of
  * function pointers. The CPU backend (backend/cpu) fills it with the reference
- * semantics; a CUDA backend fills the same table later. The model layer never
- * does arithmetic on big tensors itself: it arranges data and calls these.
+ * semantics; the CUDA backend (backend/cuda/cuda_ops.h) fills the same
+ * table. The model layer never does arithmetic on big tensors itself: it
+ * arranges data and calls these.
  *
  * Conventions
  *   - Activations are f32 arrays, row-major. Where the reference keeps a
@@ -13,6 +14,12 @@
  *   - Weights are read-only views (usually into the mmapped checkpoint) in
  *     their stored format; the GEMM decodes them per tile.
  *   - pool may be NULL (run on the calling thread).
+ *   - Every op takes the table it was called through as its first argument,
+ *     self: ops->linear(ops, pool, ...). A backend with state (the CUDA
+ *     table's device buffers, weight map, error) finds it in self->ctx, so a
+ *     process may hold several tables at once (one per device) and no
+ *     backend needs a global. The CPU ops ignore self. Call an op only
+ *     through its own table (never pass another table as self).
  *
  * GEMM semantics (the reference's fp8_gemm / fp4_gemm with act_quant):
  *   the activation row is quantised to FP8 e4m3 per 32 values with a UE8M0
@@ -56,18 +63,21 @@ typedef struct tide_attn_row {
     int n_idx;
 } tide_attn_row;
 
-typedef struct tide_ops {
+typedef struct tide_ops tide_ops;
+
+struct tide_ops {
     const char *name;
+    void *ctx; /* the backend's state for this table (NULL for the CPU) */
 
     /* y[r][o] = sum_i x[r][i] * W[o][i].
      * FP8/FP4 weights: the quantised GEMM above, y BF16-exact.
      * F32/BF16 weights: f32 dot products (sequential over i); y rounded to
      * BF16 when flags & TIDE_LIN_BF16_OUT (the reference's bf16 F.linear). */
-    void (*linear)(tide_pool *pool, const tide_weight *w, const float *x, int64_t rows, float *y,
+    void (*linear)(const tide_ops *self, tide_pool *pool, const tide_weight *w, const float *x, int64_t rows, float *y,
                    int flags);
 
     /* y[r] = bf16(w * (x[r] * rsqrt(mean(x[r]^2) + eps))), f32 inside; y may alias x. */
-    void (*rmsnorm)(tide_pool *pool, const float *x, int64_t rows, int64_t dim, const float *w,
+    void (*rmsnorm)(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int64_t dim, const float *w,
                     double eps, float *y);
 
     /* Interleaved RoPE in place on n_vec vectors of 2*n_freq floats located at
@@ -75,7 +85,7 @@ typedef struct tide_ops {
      * cs[f] = (cos, sin) pairs: cs points at 2*n_freq floats for this
      * position. inverse conjugates. Output rounded to BF16 (the reference
      * copies the f32 rotation back into a BF16 tensor). */
-    void (*rope)(float *x, int64_t n_vec, int64_t stride, int64_t n_freq, const float *cs,
+    void (*rope)(const tide_ops *self, float *x, int64_t n_vec, int64_t stride, int64_t n_freq, const float *cs,
                  int inverse);
 
     /* Hyper-connection coefficients for each row: x is [rows][hc*dim]
@@ -83,13 +93,13 @@ typedef struct tide_ops {
      * Writes pre [rows][hc], post [rows][hc], comb [rows][hc][hc] (comb[k][j]:
      * weight of residual copy k in output copy j), exactly as the reference's
      * hc_mixes + hc_split_sinkhorn. */
-    void (*hc_mixes)(tide_pool *pool, const float *x, int64_t rows, int hc, int64_t dim,
+    void (*hc_mixes)(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int hc, int64_t dim,
                      const float *fn, const float *scale, const float *base, double norm_eps,
                      int iters, double hc_eps, float *pre, float *post, float *comb);
     /* y[r] = bf16(sum_c pre[r][c] * x[r][c]) : [rows][hc][dim] -> [rows][dim]. */
-    void (*hc_pre)(const float *x, int64_t rows, int hc, int64_t dim, const float *pre, float *y);
+    void (*hc_pre)(const tide_ops *self, const float *x, int64_t rows, int hc, int64_t dim, const float *pre, float *y);
     /* out[r][j] = bf16(post[r][j]*y[r] + sum_k comb[r][k][j]*res[r][k]); out may not alias res. */
-    void (*hc_post)(const float *y, const float *res, int64_t rows, int hc, int64_t dim,
+    void (*hc_post)(const tide_ops *self, const float *y, const float *res, int64_t rows, int hc, int64_t dim,
                     const float *post, const float *comb, float *out);
 
     /* Sparse attention with sinks (the reference's sparse_attn): q [rows][heads][dim]
@@ -97,22 +107,22 @@ typedef struct tide_ops {
      * softmax over the row's entries in chunks of 64, un-normalised
      * probabilities rounded to BF16 before the value product, the sink adding
      * exp(sink[h] - max) to the denominator. */
-    void (*sparse_attn)(tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
+    void (*sparse_attn)(const tide_ops *self, tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
                         const tide_attn_row *idx, const float *sink, float scale, float *out);
 
     /* Indexer scores of one query row against n keys (index_k [n][d], FP4-simulated):
      * score[j] = bf16(sum_h bf16(relu(bf16(q[h]·k[j])) * w[h])), w BF16-exact. */
-    void (*index_scores)(const float *q, int heads, int64_t d, const float *w, const float *keys,
+    void (*index_scores)(const tide_ops *self, const float *q, int heads, int64_t d, const float *w, const float *keys,
                          int64_t n, float *score);
 
     /* The top-k of score[0..n) (ties toward the LOWER position); writes the k
      * chosen positions sorted ascending. Returns k (= min(k, n)). */
-    int (*topk_sorted)(const float *score, int64_t n, int k, int32_t *out, int32_t *scratch);
+    int (*topk_sorted)(const tide_ops *self, const float *score, int64_t n, int k, int32_t *out, int32_t *scratch);
 
     /* SwiGLU of the reference's Expert: h = silu(min(g, lim)) * clamp(u, -lim, lim)
      * (no clamps when lim <= 0) times weight (when weight != NULL, per row),
      * rounded to BF16. g, u are [rows][n]; h may alias g. */
-    void (*swiglu)(const float *g, const float *u, int64_t rows, int64_t n, double limit,
+    void (*swiglu)(const tide_ops *self, const float *g, const float *u, int64_t rows, int64_t n, double limit,
                    const float *weight, float *h);
 
     /* The engram layer's gate and update (after the wkv GEMM): kv [rows][(hc+1)*dim]
@@ -121,8 +131,8 @@ typedef struct tide_ops {
      * rstd = rsqrt(mean(x_c^2) + eps) * rsqrt(mean(key_c^2) + eps),
      * dot = sum(x_c * w_c * key_c) * rstd * dim^-0.5,
      * gate = sigmoid(sign(dot) * sqrt(max(|dot|, 1e-6))), x_c = bf16(x_c + gate * value). */
-    void (*engram_mix)(const float *kv, const float *w, int64_t rows, int hc, int64_t dim, double eps,
-                       float *x);
+    void (*engram_mix)(const tide_ops *self, const float *kv, const float *w, int64_t rows, int hc,
+                       int64_t dim, double eps, float *x);
 
     /* MoE routing per row (the reference's Gate after its f32 matmul):
      * scores = f(logits) with f = sqrt(softplus) (func 0), sigmoid (1) or
@@ -130,13 +140,13 @@ typedef struct tide_ops {
      * expert id; bias may be NULL); weights = the raw scores of those,
      * divided by (sum + 1e-20) when norm && k > 1, times route_scale.
      * idx / w: [rows][k], in selection order. */
-    void (*moe_route)(const float *logits, int64_t rows, int n_experts, int k, int func,
+    void (*moe_route)(const tide_ops *self, const float *logits, int64_t rows, int n_experts, int k, int func,
                       const float *bias, int norm, float route_scale, int32_t *idx, float *w);
 
     /* One compressor group: out[d] = bf16(sum_i kv[i][d] * softmax_i(score[.][d]))
      * over the group's r tokens, f32 (kv, score: [r][dim]). */
-    void (*compress_pool)(const float *kv, const float *score, int r, int64_t dim, float *out);
-} tide_ops;
+    void (*compress_pool)(const tide_ops *self, const float *kv, const float *score, int r, int64_t dim, float *out);
+};
 
 /* The CPU backend (reference semantics, threaded over the pool). */
 const tide_ops *tide_cpu_ops(void);

@@ -63,11 +63,11 @@ static int measure_gemm(const tide_ops *ops, tide_pool *pool, int64_t out, int64
     for (int64_t i = 0; i < rows * in; i++) x[i] = tide_round_bf16((float)(tide_rng_uniform(8, (uint64_t)i, 0, 0) - 0.5));
     tide_quant_fp8_weight(wf, (size_t)out, (size_t)in, w, sc);
     tide_weight wt = {TIDE_W_FP8, out, in, w, sc};
-    ops->linear(pool, &wt, x, rows, y, TIDE_LIN_BF16_OUT); /* warm-up */
+    ops->linear(ops, pool, &wt, x, rows, y, TIDE_LIN_BF16_OUT); /* warm-up */
     double best = 0, flops = 2.0 * (double)rows * (double)out * (double)in;
     for (int r = 0; r < REPS; r++) {
         double t0 = tide_now_seconds();
-        ops->linear(pool, &wt, x, rows, y, TIDE_LIN_BF16_OUT);
+        ops->linear(ops, pool, &wt, x, rows, y, TIDE_LIN_BF16_OUT);
         double dt = tide_now_seconds() - t0;
         if (dt > 0 && flops / dt > best) best = flops / dt;
     }

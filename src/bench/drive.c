@@ -23,6 +23,10 @@ int tide_drive(tide_engine *e, tide_recorder *rec, const tide_workload *w, int64
         tide_recorder_submitted(rec, i);
         if (tide_engine_submit(e, &r, &id, st) != 0) return tide_fail_ctx(st, "request %lld", (long long)i);
     }
+    return tide_drive_until_idle(e, rec, t0, out, st);
+}
+
+int tide_drive_until_idle(tide_engine *e, tide_recorder *rec, double t0, tide_drive_result *out, tide_status *st) {
     while (tide_engine_busy(e)) {
         rec->n_done = 0;
         if (tide_engine_step(e, st) != 0) return -1;

@@ -26,4 +26,10 @@ typedef struct tide_drive_result {
 int tide_drive(tide_engine *e, tide_recorder *rec, const tide_workload *w, int64_t lo, int64_t hi,
                tide_drive_result *out, tide_status *st);
 
+/* The second half of tide_drive, for callers that submitted their own
+ * requests (slot = the recorder's): steps until idle, releasing finished
+ * requests, adding to *out; out->wall is measured from t0
+ * (tide_now_seconds() at the first submission). */
+int tide_drive_until_idle(tide_engine *e, tide_recorder *rec, double t0, tide_drive_result *out, tide_status *st);
+
 #endif

@@ -51,12 +51,12 @@ int tide_bench_usage_error(const char *mode, void (*usage)(FILE *), const char *
 /* The engine flags of offline and prefix, with their defaults. */
 typedef struct bench_engine_opts {
     int64_t threads, max_seqs, step_tokens, chunk, kv_blocks, kv_block, seed;
-    int canonical, no_quirk;
+    int canonical, no_quirk, overlap;
 } bench_engine_opts;
 void tide_bench_engine_defaults(bench_engine_opts *o);
 /* Appends the BENCH_ENGINE_OPTS engine flags' entries to opts at *n (size
  * tables as own entries + BENCH_ENGINE_OPTS + 1 for the terminator). */
-#define BENCH_ENGINE_OPTS 9
+#define BENCH_ENGINE_OPTS 10
 void tide_bench_engine_table(bench_engine_opts *o, bench_opt *opts, int *n);
 tide_engine_config tide_bench_engine_config(const bench_engine_opts *o);
 /* The help lines of those flags. */

@@ -171,6 +171,7 @@ void tide_bench_engine_defaults(bench_engine_opts *o) {
     o->seed = 1;
     o->canonical = 0;
     o->no_quirk = 0;
+    o->overlap = 0;
 }
 
 void tide_bench_engine_table(bench_engine_opts *o, bench_opt *t, int *n) {
@@ -184,7 +185,9 @@ void tide_bench_engine_table(bench_engine_opts *o, bench_opt *t, int *n) {
         {"--seed", BENCH_INT, &o->seed, 0, INT64_MAX},
         {"--canonical-layout", BENCH_FLAG, &o->canonical, 0, 0},
         {"--no-index-quirk", BENCH_FLAG, &o->no_quirk, 0, 0},
+        {"--overlap", BENCH_FLAG, &o->overlap, 0, 0},
     };
+    _Static_assert(sizeof add / sizeof add[0] == BENCH_ENGINE_OPTS, "BENCH_ENGINE_OPTS must count these entries");
     for (size_t i = 0; i < sizeof add / sizeof add[0]; i++) t[(*n)++] = add[i];
 }
 
@@ -200,6 +203,7 @@ tide_engine_config tide_bench_engine_config(const bench_engine_opts *o) {
     c.seed = (uint64_t)o->seed;
     c.canonical_layout = o->canonical;
     c.index_key_quirk = !o->no_quirk;
+    c.overlap = o->overlap;
     return c;
 }
 
@@ -213,7 +217,8 @@ void tide_bench_engine_help(FILE *f) {
             "  --kv-block N         compressed positions per KV block (default 64)\n"
             "  --seed N             workload and engine seed (default 1)\n"
             "  --canonical-layout   attention entry order independent of chunking (docs/model.md)\n"
-            "  --no-index-quirk     index keys from each indexer's own source (docs/model.md)\n");
+            "  --no-index-quirk     index keys from each indexer's own source (docs/model.md)\n"
+            "  --overlap            plan step N+1 while step N's forward pass runs (docs/engine.md)\n");
 }
 
 const char *tide_bench_si(double x, const char *unit, char *buf, int cap) {

@@ -7,10 +7,8 @@
  *       a batch: one JSON request per input line, one JSON result per
  *       line out (in completion order), progress on stderr.
  *
- * Input line: {"id": any, "prompt_ids": [..], "max_tokens": N,
- *   "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
- *   "presence_penalty", "frequency_penalty", "seed", "stop_token_ids": [..],
- *   "ignore_eos": bool, "cache_salt": N}; without "id", the line number. Output line: {"id", "output_ids", "finish_reason",
+ * Input line: see request_jsonl.h (without "id", the line number stands
+ *   for it). Output line: {"id", "output_ids", "finish_reason",
  *   "prompt_tokens", "completion_tokens", "cached_tokens"} (+ "error" when the finish reason is
  *   "error"; a request rejected at submission gets prompt_tokens 0). */
 #include <errno.h>
@@ -26,9 +24,9 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "engine/request_jsonl.h"
 #include "tide.h"
 
-#define TIDE_EOS_ID 1 /* <｜end▁of▁sentence｜> in the V4.1 vocabulary */
 #define DEFAULT_MAX_TOKENS 16
 
 static void usage(FILE *f) {
@@ -60,6 +58,8 @@ static void usage(FILE *f) {
             "  --seed N             engine seed for requests without one (default 0)\n"
             "  --canonical-layout   attention entry order independent of chunking (docs/model.md)\n"
             "  --no-index-quirk     index keys from each indexer's own source (docs/model.md)\n"
+            "  --overlap            plan step N+1 while step N's forward pass runs (same\n"
+            "                       tokens; docs/engine.md, 'Overlapped scheduling')\n"
             "  --no-prefix-cache    do not reuse the KV of earlier requests' prompt pages\n"
             "  --page-tokens N      prefix-cache page size in tokens, a multiple of the\n"
             "                       compress ratios' lcm x kv_block (default 0: the smallest\n"
@@ -110,7 +110,7 @@ typedef struct run_opts {
     const char *model_dir, *ids_s, *input, *output;
     long long max_tokens, chunk, max_seqs, step_tokens, kv_blocks, kv_block, threads, page_tokens, prefix_replay;
     unsigned long long seed;
-    int ignore_eos, canonical, no_quirk, no_prefix_cache;
+    int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap;
 } run_opts;
 
 /* Returns -1 on success, else the exit code. */
@@ -195,6 +195,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             o->no_prefix_cache = 1;
         } else if (!strcmp(a, "--no-index-quirk")) {
             o->no_quirk = 1;
+        } else if (!strcmp(a, "--overlap")) {
+            o->overlap = 1;
         } else {
             fprintf(stderr, "tide run: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
@@ -221,6 +223,7 @@ static tide_engine_config engine_config(const run_opts *o) {
     if (c.prefill_chunk > c.max_step_tokens) c.max_step_tokens = c.prefill_chunk;
     c.canonical_layout = o->canonical;
     c.index_key_quirk = !o->no_quirk;
+    c.overlap = o->overlap;
     c.seed = o->seed;
     c.prefix_cache = !o->no_prefix_cache;
     c.page_tokens = o->page_tokens;
@@ -261,7 +264,7 @@ static int run_ids(const run_opts *o) {
         rc = TIDE_EXIT_OK;
         goto done;
     }
-    int32_t eos = TIDE_EOS_ID;
+    int32_t eos = TIDE_JSONL_EOS_ID;
     tide_request r = tide_request_default();
     r.prompt = prompt;
     r.n_prompt = n_prompt;
@@ -335,129 +338,12 @@ static void on_event(void *ctx, const tide_event *ev) {
     if (b->n_done < b->cap_done) b->done[b->n_done++] = ev->id;
 }
 
-static int get_num(json_t *o, const char *k, double lo, double hi, float *out, tide_status *st) {
-    json_t *v = json_object_get(o, k);
-    if (!v) return 0;
-    if (!json_is_number(v)) return tide_fail(st, TIDE_ERR_INVALID, "\"%s\": expected a number, got %s", k, tide_json_kind(v));
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) return tide_fail(st, TIDE_ERR_INVALID, "\"%s\": %g is outside [%g, %g]", k, x, lo, hi);
-    *out = (float)x;
-    return 0;
-}
-
-static int get_int(json_t *o, const char *k, long long lo, long long hi, long long *out, tide_status *st) {
-    json_t *v = json_object_get(o, k);
-    if (!v) return 0;
-    if (!json_is_integer(v)) return tide_fail(st, TIDE_ERR_INVALID, "\"%s\": expected an integer, got %s", k, tide_json_kind(v));
-    long long x = json_integer_value(v);
-    if (x < lo || x > hi) return tide_fail(st, TIDE_ERR_INVALID, "\"%s\": %lld is outside [%lld, %lld]", k, x, lo, hi);
-    *out = x;
-    return 0;
-}
-
-/* A list of token ids; *out is malloc'd (NULL when empty). */
-static int get_ids(json_t *o, const char *k, int32_t **out, int64_t *n, tide_status *st) {
-    *out = NULL;
-    *n = 0;
-    json_t *v = json_object_get(o, k);
-    if (!v) return 0;
-    if (!json_is_array(v)) return tide_fail(st, TIDE_ERR_INVALID, "\"%s\": expected an array of token ids, got %s", k, tide_json_kind(v));
-    size_t len = json_array_size(v);
-    if (len == 0) return 0;
-    int32_t *ids = malloc(len * sizeof *ids);
-    if (!ids) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < len; i++) {
-        json_t *x = json_array_get(v, i);
-        if (!json_is_integer(x) || json_integer_value(x) < INT32_MIN || json_integer_value(x) > INT32_MAX) {
-            free(ids);
-            return tide_fail(st, TIDE_ERR_INVALID, "\"%s\"[%zu]: expected a token id, got %s", k, i, tide_json_kind(x));
-        }
-        ids[i] = (int32_t)json_integer_value(x);
-    }
-    *out = ids;
-    *n = (int64_t)len;
-    return 0;
-}
-
-static const char *const known_keys[] = {"id", "prompt_ids", "max_tokens", "temperature", "top_p", "top_k",
-                                         "min_p", "repetition_penalty", "presence_penalty",
-                                         "frequency_penalty", "seed", "stop_token_ids", "ignore_eos", "cache_salt",
-                                         NULL};
-
-/* Parses one request line and submits it. */
-static int submit_line(tide_engine *e, json_t *o, const run_opts *ro, int64_t slot, tide_status *st) {
-    const char *key;
-    json_t *val;
-    json_object_foreach(o, key, val) {
-        int ok = 0;
-        for (int i = 0; known_keys[i] && !ok; i++) ok = !strcmp(key, known_keys[i]);
-        if (!ok && !strcmp(key, "prompt"))
-            return tide_fail(st, TIDE_ERR_UNSUPPORTED, "text prompts are not supported yet: give \"prompt_ids\"");
-        if (!ok) return tide_fail(st, TIDE_ERR_INVALID, "unknown field \"%s\"", key);
-    }
-    tide_request r = tide_request_default();
-    tide_sampling_params *p = &r.sampling;
-    long long max_tokens = ro->max_tokens, top_k = 0, seed = 0;
-    int32_t *prompt = NULL, *stop = NULL;
-    int64_t n_prompt = 0, n_stop = 0;
-    int rc = -1;
-    if (get_ids(o, "prompt_ids", &prompt, &n_prompt, st) != 0 || get_ids(o, "stop_token_ids", &stop, &n_stop, st) != 0 ||
-        get_int(o, "max_tokens", LLONG_MIN, LLONG_MAX, &max_tokens, st) != 0 ||
-        get_int(o, "top_k", -1, INT32_MAX, &top_k, st) != 0 || get_num(o, "temperature", 0, 1e6, &p->temperature, st) != 0 ||
-        get_num(o, "top_p", -1e30, 1e30, &p->top_p, st) != 0 || get_num(o, "min_p", -1e30, 1e30, &p->min_p, st) != 0 ||
-        get_num(o, "repetition_penalty", -1e30, 1e30, &p->repetition_penalty, st) != 0 ||
-        get_num(o, "presence_penalty", -1e30, 1e30, &p->presence_penalty, st) != 0 ||
-        get_num(o, "frequency_penalty", -1e30, 1e30, &p->frequency_penalty, st) != 0)
-        goto done;
-    json_t *s = json_object_get(o, "seed");
-    if (s) {
-        if (!json_is_integer(s) || json_integer_value(s) < 0) {
-            tide_fail(st, TIDE_ERR_INVALID, "\"seed\": expected a non-negative integer");
-            goto done;
-        }
-        seed = json_integer_value(s);
-        r.has_seed = 1;
-        p->seed = (uint64_t)seed;
-    }
-    json_t *cs = json_object_get(o, "cache_salt");
-    if (cs) {
-        if (!json_is_integer(cs) || json_integer_value(cs) < 0) {
-            tide_fail(st, TIDE_ERR_INVALID, "\"cache_salt\": expected a non-negative integer");
-            goto done;
-        }
-        r.cache_salt = (uint64_t)json_integer_value(cs);
-    }
-    json_t *ie = json_object_get(o, "ignore_eos");
-    if (ie && !json_is_boolean(ie)) {
-        tide_fail(st, TIDE_ERR_INVALID, "\"ignore_eos\": expected a boolean, got %s", tide_json_kind(ie));
-        goto done;
-    }
-    int ignore_eos = ie ? json_is_true(ie) : ro->ignore_eos;
-    if (!ignore_eos) { /* EOS is one more stop token */
-        int32_t *s2 = realloc(stop, (size_t)(n_stop + 1) * sizeof *s2);
-        if (!s2) {
-            tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        stop = s2;
-        stop[n_stop++] = TIDE_EOS_ID;
-    }
-    if (!json_object_get(o, "prompt_ids")) {
-        tide_fail(st, TIDE_ERR_MISSING, "missing \"prompt_ids\"");
-        goto done;
-    }
-    p->top_k = (int32_t)top_k;
-    p->max_tokens = max_tokens;
-    p->stop_tokens = stop;
-    p->n_stop_tokens = (int32_t)n_stop;
-    r.prompt = prompt;
-    r.n_prompt = n_prompt;
+/* Submits one parsed line (slot = its index in b->ids, handed back in events). */
+static int submit_line(tide_engine *e, const tide_jsonl_request *jr, int64_t slot, int64_t lineno, tide_status *st) {
+    tide_request r = jr->req;
     r.user = (void *)(intptr_t)slot;
-    rc = tide_engine_submit(e, &r, NULL, st);
-done:
-    free(prompt);
-    free(stop);
-    return rc;
+    if (tide_engine_submit(e, &r, NULL, st) != 0) return tide_fail_ctx(st, "line %lld", (long long)lineno);
+    return 0;
 }
 
 static void progress(tide_engine *e, const batch *b, int final) {
@@ -475,49 +361,40 @@ static void progress(tide_engine *e, const batch *b, int final) {
 }
 
 static int read_lines(tide_engine *e, FILE *in, const run_opts *o, batch *b) {
+    const tide_jsonl_defaults d = {.max_tokens = o->max_tokens, .ignore_eos = o->ignore_eos};
     char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
+    size_t cap = 0, len;
     int64_t lineno = 0;
-    while ((len = getline(&line, &cap, in)) > 0) {
-        lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ')) line[--len] = 0;
-        if (len == 0) continue;
+    int rc;
+    while ((rc = tide_jsonl_next_line(in, &line, &cap, &len, &lineno)) > 0) {
         b->n_lines++;
-        json_error_t je;
-        json_t *j = json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &je);
         tide_status st = {0};
-        json_t *id = NULL;
-        if (!j) tide_fail(&st, TIDE_ERR_FORMAT, "not JSON (%s at column %d)", je.text, je.column);
-        else if (!json_is_object(j)) tide_fail(&st, TIDE_ERR_INVALID, "expected an object, got %s", tide_json_kind(j));
-        else id = json_object_get(j, "id");
-        json_t *idc = id ? json_incref(id) : json_integer(lineno);
+        tide_jsonl_request jr;
+        int ok = tide_jsonl_request_parse(line, len, lineno, &d, &jr, &st) == 0;
         if (b->n_ids == b->cap_ids) {
             int64_t c = b->cap_ids ? 2 * b->cap_ids : 256;
             json_t **a = realloc(b->ids, (size_t)c * sizeof *a);
             if (!a) {
-                json_decref(idc);
-                json_decref(j);
+                tide_jsonl_request_free(&jr);
                 free(line);
                 return -1;
             }
             b->ids = a;
             b->cap_ids = c;
         }
-        b->ids[b->n_ids] = idc;
-        if (j && json_is_object(j) && submit_line(e, j, o, b->n_ids, &st) == 0) {
+        b->ids[b->n_ids] = jr.id; /* the batch takes the id's reference */
+        if (ok && submit_line(e, &jr, b->n_ids, lineno, &st) == 0) {
             b->n_ids++;
         } else {
-            char msg[TIDE_STATUS_MSG + 64];
-            snprintf(msg, sizeof msg, "line %lld: %s", (long long)lineno, st.msg);
-            fprintf(stderr, "tide run: %s\n", msg);
-            write_result(b, idc, NULL, 0, "error", 0, 0, msg);
-            json_decref(idc);
+            fprintf(stderr, "tide run: %s\n", st.msg);
+            write_result(b, jr.id, NULL, 0, "error", 0, 0, st.msg);
+            json_decref(jr.id);
         }
-        json_decref(j);
+        jr.id = NULL;
+        tide_jsonl_request_free(&jr);
     }
     free(line);
-    return ferror(in) ? -1 : 0;
+    return rc < 0 ? -1 : 0;
 }
 
 static int run_jsonl(const run_opts *o) {

@@ -1,15 +1,32 @@
 /* The engine: libtide's public request lifecycle (include/tide.h).
  *
- * One step reads top to bottom the way a request travels: the scheduler
- * plans the step (sched.h), the forward pass runs the ragged batch
- * (model/forward.h), the rows that reached the end of their sequence are
- * sampled (sampler.h; the RNG is keyed by the request's seed and the token's
- * position, so nothing depends on the batch), each new token is appended,
- * reported and checked against the stop conditions. Between the forward pass
- * and sampling the scheduler registers the pages the step completed with the
- * prefix cache (sched.h), so a request that finishes leaves them cached. */
+ * One step reads top to bottom the way a request travels, in three phases
+ * (the split a device backend with an asynchronous launch needs: docs/
+ * engine.md, "Overlapped scheduling"):
+ *   prepare:  the scheduler plans the step (sched.h); the plan for step N+1
+ *             is made while step N is in flight, so that with cfg.overlap
+ *             it runs during step N's forward pass (on an engine thread);
+ *   launch:   the KV blocks the batch writes are reserved (host side), the
+ *             batch's descriptors built, then the forward pass runs the
+ *             ragged batch (model/forward.h);
+ *   complete: the scheduler registers the pages the step completed with the
+ *             prefix cache (so a request that finishes leaves them cached),
+ *             the rows that reached the end of their sequence are sampled
+ *             (sampler.h; the RNG is keyed by the request's seed and the
+ *             token's position, so nothing depends on the batch), each new
+ *             token is appended, reported and checked against the stop
+ *             conditions.
+ * Each phase is timed, and so is the forward pass's idle gap between steps
+ * (tide_engine_stats).
+ *
+ * Threads. The caller's thread does everything except the forward pass's
+ * and the sampler's parallel loops (the worker pool) and, with the overlap
+ * on, the forward pass itself, which runs on an engine thread from launch
+ * to the join inside the same tide_engine_step call (run_forward says what
+ * it touches; the scheduler's planning touches none of it). */
 #include "tide.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +60,27 @@ struct tide_engine {
     int64_t next_id, n_finished;
     int64_t steps, tokens_fed, tokens_generated;
     double step_seconds, last_step_seconds;
+    /* phase timing (tide_engine_stats); fwd_end < 0: no forward pass to
+     * measure an idle gap from (none yet, or the engine went idle since) */
+    double prepare_s, forward_s, complete_s, last_prepare_s, last_forward_s, last_complete_s;
+    double sample_s, last_sample_s; /* inside complete */
+    double gap_s, last_gap_s, gap_forward_s, fwd_end;
+    double hidden_s, last_hidden_s; /* planning done while a pass was in flight */
+    int64_t forwards, gaps;
+    int64_t last_seqs, last_tokens;  /* of the last launched step */
+    /* the pass in flight: written by whoever runs it (the engine thread
+     * when overlapping), read by the driving thread after the join */
+    pthread_t thread;
+    int n_seqs, frc;
+    tide_status fst;
+    double fwd_done;
 };
+
+/* The default of cfg.overlap; a build can flip it (-DTIDE_ENGINE_OVERLAP_DEFAULT=1)
+ * to run every engine test with the overlap on. */
+#ifndef TIDE_ENGINE_OVERLAP_DEFAULT
+#define TIDE_ENGINE_OVERLAP_DEFAULT 0
+#endif
 
 tide_engine_config tide_engine_config_default(void) {
     tide_engine_config c = {0};
@@ -56,6 +93,7 @@ tide_engine_config tide_engine_config_default(void) {
     c.prefix_cache = 1;
     c.page_tokens = 0;
     c.prefix_replay = 140;
+    c.overlap = TIDE_ENGINE_OVERLAP_DEFAULT;
     return c;
 }
 
@@ -94,6 +132,8 @@ static int check_config(const tide_engine_config *c, int have_model, tide_status
                          (long long)c->prefill_chunk, (long long)c->max_step_tokens);
     if (c->prefix_cache != 0 && c->prefix_cache != 1)
         return tide_fail(st, TIDE_ERR_INVALID, "engine: prefix_cache %d is not 0 (off) or 1 (on)", c->prefix_cache);
+    if (c->overlap != 0 && c->overlap != 1)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: overlap %d is not 0 (off) or 1 (on)", c->overlap);
     /* page_tokens and prefix_replay need the model: checked by the scheduler */
     return 0;
 }
@@ -130,6 +170,7 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
     e->cfg = *cfg;
     e->cfg.model_dir = NULL; /* borrowed: not kept */
     e->next_id = 1;
+    e->fwd_end = -1;
     if (borrowed) e->m = borrowed;
     else if (tide_model_load(cfg->model_dir, &e->own_model, st) != 0) goto fail;
     else e->m = e->own_model;
@@ -203,6 +244,7 @@ static tide_req *find(const tide_engine *e, tide_request_id id) {
 
 int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *id, tide_status *st) {
     if (id) *id = 0;
+    if (!tide_engine_busy(e)) e->fwd_end = -1; /* idle until now: no gap to measure */
     uint64_t seed = tide_rng_derive_seed(e->cfg.seed, (uint64_t)e->next_id);
     tide_req *q;
     if (tide_req_create(r, e->vocab, e->m->cfg.image_token_id, e->m->cfg.text.max_position_embeddings, seed,
@@ -283,7 +325,10 @@ static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
     }
     if (n == 0) return;
     tide_status st = {0};
+    double t0 = tide_now_seconds();
     tide_sample_batch(tide_fwd_pool(e->fx), e->ws, e->par, e->in, e->res, n, &st);
+    e->last_sample_s = tide_now_seconds() - t0;
+    e->sample_s += e->last_sample_s;
     for (int i = 0; i < n; i++) {
         tide_req *q = e->rows[i];
         int32_t t = e->res[i].token;
@@ -305,10 +350,12 @@ static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
     }
 }
 
-int tide_engine_step(tide_engine *e, tide_status *st) {
-    (void)st;
-    if (!tide_engine_busy(e)) return 0;
-    double t0 = tide_now_seconds();
+/* ---- one step: prepare, launch, complete ----------------------------------- */
+
+/* Prepare: plans the next step (while the one in flight runs, if any:
+ * sched.h says what the planner reads of it) and reports the requests
+ * planning dropped. */
+static void step_prepare(tide_engine *e) {
     tide_sched *s = &e->sched;
     tide_sched_make_plan(s);
     const tide_sched_plan *p = &s->plan;
@@ -319,26 +366,128 @@ int tide_engine_step(tide_engine *e, tide_status *st) {
         e->n_finished++;
         emit(e, TIDE_EVENT_FINISHED, q, -1);
     }
-    if (p->n_items > 0) {
-        for (int i = 0; i < p->n_items; i++) {
-            tide_req *q = p->items[i].req;
-            e->seqs[i] = (tide_step_seq){&q->cache, q->tokens + q->cache.pos, p->items[i].n_tokens,
-                                         p->items[i].logits};
-        }
-        tide_step_out out = {e->logits, NULL};
-        tide_status fst = {0};
-        if (tide_forward(e->fx, e->seqs, p->n_items, &out, &fst) != 0) {
-            tide_log(TIDE_LOG_ERROR, "engine: step %lld failed: %s", (long long)e->steps, fst.msg);
-            fail_all(e, p, fst.msg);
-        } else {
-            e->tokens_fed += p->n_tokens;
-            tide_sched_after_step(s); /* cache completed pages before a finish drops them */
-            sample_rows(e, p);
-        }
+}
+
+/* The pass in flight. When overlapping it runs on the engine thread and
+ * touches only e->seqs (read), e->logits, the flight's sequence caches and
+ * the KV blocks they hold (written), and frc / fst / fwd_done; the join
+ * publishes them to the driving thread. */
+static void *run_forward(void *arg) {
+    tide_engine *e = arg;
+    tide_step_out out = {e->logits, NULL};
+    e->frc = tide_forward(e->fx, e->seqs, e->n_seqs, &out, &e->fst);
+    e->fwd_done = tide_now_seconds();
+    return NULL;
+}
+
+/* Launch: the host side first (the batch's KV blocks are reserved, so the
+ * pass leaves the pool's free list alone; the plan becomes the flight and
+ * its descriptors are built), then the pass: on the engine thread when
+ * overlapping (returns 1: join it), else inline (returns 0). */
+static int step_launch(tide_engine *e) {
+    tide_sched *s = &e->sched;
+    e->fst = (tide_status){0};
+    int rc = tide_sched_reserve(s, &e->fst);
+    tide_sched_launch(s);
+    const tide_sched_plan *f = &s->flight;
+    e->last_seqs = f->n_items;
+    e->last_tokens = f->n_tokens;
+    if (rc != 0) {
+        e->frc = -1;
+        e->fwd_done = tide_now_seconds();
+        return 0;
     }
-    e->steps++;
-    e->last_step_seconds = tide_now_seconds() - t0;
+    for (int i = 0; i < f->n_items; i++) {
+        tide_req *q = f->items[i].req;
+        e->seqs[i] = (tide_step_seq){&q->cache, q->tokens + f->items[i].pos, f->items[i].n_tokens, f->items[i].logits};
+    }
+    e->n_seqs = f->n_items;
+    if (e->cfg.overlap && pthread_create(&e->thread, NULL, run_forward, e) == 0) return 1;
+    run_forward(e); /* overlap off, or no thread to be had: the same result, later */
+    return 0;
+}
+
+/* Complete: after a failed pass every request of the flight fails with its
+ * message; otherwise pages are registered (before a finish drops them),
+ * then the rows are sampled and reported. A request that finishes leaves
+ * the next plan too. */
+static void step_complete(tide_engine *e) {
+    tide_sched *s = &e->sched;
+    if (e->frc != 0) {
+        tide_log(TIDE_LOG_ERROR, "engine: step %lld failed: %s", (long long)e->steps, e->fst.msg);
+        fail_all(e, &s->flight, e->fst.msg);
+    } else {
+        e->tokens_fed += s->flight.n_tokens;
+        tide_sched_after_step(s);
+        sample_rows(e, &s->flight);
+    }
+    tide_sched_land(s);
+}
+
+/* Books a step's phase times: t0 start, t1 launch, tc start of complete
+ * (t1 = tc when no pass ran), t3 end; plan: planning time outside the pass
+ * window, hidden: planning inside it (overlap); done: when the pass ended. */
+static void account(tide_engine *e, double t0, double t1, double tc, double t3, double plan, double hidden,
+                    double done, int ran) {
+    e->last_prepare_s = plan;
+    e->last_forward_s = tc - t1 - (plan - (t1 - t0));
+    e->last_complete_s = t3 - tc;
+    e->last_hidden_s = hidden;
+    e->prepare_s += e->last_prepare_s;
+    e->forward_s += e->last_forward_s;
+    e->complete_s += e->last_complete_s;
+    e->hidden_s += hidden;
+    e->last_gap_s = 0;
+    if (ran) {
+        e->forwards++;
+        if (e->fwd_end >= 0) {
+            e->last_gap_s = t1 - e->fwd_end;
+            e->gap_s += e->last_gap_s;
+            e->gap_forward_s += done - t1;
+            e->gaps++;
+        }
+        e->fwd_end = done;
+    }
+    e->last_step_seconds = t3 - t0;
     e->step_seconds += e->last_step_seconds;
+}
+
+/* One call: a fresh plan if none is pending (nothing was in flight when the
+ * last call planned, or it planned nothing), launch it, plan the next step
+ * meanwhile, wait for the pass, complete it. The next plan stays pending
+ * for the next call; nothing is in flight between calls, so the API calls
+ * in between (submit, cancel, release) never race with a pass. With the
+ * overlap off the same happens in the same order on one thread, so the
+ * plans, and the tokens, are the same either way. */
+int tide_engine_step(tide_engine *e, tide_status *st) {
+    (void)st;
+    if (!tide_engine_busy(e)) return 0;
+    tide_sched *s = &e->sched;
+    double t0 = tide_now_seconds();
+    e->last_sample_s = 0;
+    if (s->plan.n_items == 0) step_prepare(e);
+    double t1 = tide_now_seconds(), tc = t1, plan = t1 - t0, hidden = 0, done = t1;
+    int ran = s->plan.n_items > 0;
+    if (ran) {
+        int threaded = step_launch(e);
+        double tp = tide_now_seconds();
+        step_prepare(e);
+        double dt = tide_now_seconds() - tp;
+        if (threaded) {
+            pthread_join(e->thread, NULL);
+            hidden = dt;
+        } else {
+            plan += dt;
+        }
+        tc = tide_now_seconds();
+        done = e->fwd_done;
+        step_complete(e);
+    } else {
+        e->last_seqs = e->last_tokens = 0;
+    }
+    account(e, t0, t1, tc, tide_now_seconds(), plan, hidden, done, ran);
+    if (!tide_engine_busy(e)) e->fwd_end = -1;
+    e->steps++;
     return 0;
 }
 
@@ -398,8 +547,25 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
     s->preemptions = e->sched.preemptions;
     s->step_seconds = e->step_seconds;
     s->last_step_seconds = e->last_step_seconds;
-    s->last_step_seqs = e->sched.plan.n_items;
-    s->last_step_tokens = e->sched.plan.n_tokens;
+    s->last_step_seqs = e->last_seqs;
+    s->last_step_tokens = e->last_tokens;
+    s->overlap_seconds = e->hidden_s;
+    s->last_overlap_seconds = e->last_hidden_s;
+    s->prepare_seconds = e->prepare_s;
+    s->forward_seconds = e->forward_s;
+    s->complete_seconds = e->complete_s;
+    s->last_prepare_seconds = e->last_prepare_s;
+    s->last_forward_seconds = e->last_forward_s;
+    s->last_complete_seconds = e->last_complete_s;
+    s->host_seconds = e->prepare_s + e->complete_s;
+    s->last_host_seconds = e->last_prepare_s + e->last_complete_s;
+    s->sample_seconds = e->sample_s;
+    s->last_sample_seconds = e->last_sample_s;
+    s->forwards = e->forwards;
+    s->idle_gap_seconds = e->gap_s;
+    s->last_idle_gap_seconds = e->last_gap_s;
+    s->idle_gaps = e->gaps;
+    if (e->gap_s + e->gap_forward_s > 0) s->idle_fraction = e->gap_s / (e->gap_s + e->gap_forward_s);
     if (e->step_seconds > 0) {
         s->tokens_per_s = (double)e->tokens_fed / e->step_seconds;
         s->generated_per_s = (double)e->tokens_generated / e->step_seconds;

@@ -85,7 +85,8 @@ int tide_sched_init(tide_sched *s, const tide_sched_cfg *cfg, tide_fwd_ctx *fx, 
     s->running = malloc((size_t)cfg->max_seqs * sizeof *s->running);
     s->plan.items = malloc((size_t)cfg->max_seqs * sizeof *s->plan.items);
     s->plan.failed = malloc((size_t)cfg->max_seqs * sizeof *s->plan.failed);
-    if (!s->wq || !s->running || !s->plan.items || !s->plan.failed) {
+    s->flight.items = malloc((size_t)cfg->max_seqs * sizeof *s->flight.items);
+    if (!s->wq || !s->running || !s->plan.items || !s->plan.failed || !s->flight.items) {
         tide_sched_free(s);
         return tide_fail(st, TIDE_ERR_NOMEM, "scheduler: out of memory");
     }
@@ -101,6 +102,7 @@ void tide_sched_free(tide_sched *s) {
     free(s->running);
     free(s->plan.items);
     free(s->plan.failed);
+    free(s->flight.items);
     tide_prefix_free(&s->px.pc);
     free(s->px.blocks);
     free(s->px.held);
@@ -138,10 +140,10 @@ static int64_t need_blocks(const tide_sched *s, int64_t end, const tide_seq_cach
     return total;
 }
 
-/* Tokens q feeds next from position pos given `budget` tokens left in the
- * step (0 = not now). */
-static int64_t chunk_at(const tide_sched *s, const tide_req *q, int64_t pos, int64_t budget) {
-    int64_t left = q->n_tokens - pos, n;
+/* Tokens q feeds next from position pos of its len tokens given `budget`
+ * tokens left in the step (0 = not now). */
+static int64_t chunk_at(const tide_sched *s, const tide_req *q, int64_t pos, int64_t len, int64_t budget) {
+    int64_t left = len - pos, n;
     if (s->cfg.flexible) {
         n = left < s->cfg.prefill_chunk ? left : s->cfg.prefill_chunk;
         return n < budget ? n : budget;
@@ -264,18 +266,25 @@ static void register_pages(tide_sched *s, tide_req *q) {
     if (q->n_pages == first) return;
     if (tide_prefix_insert(&x->pc, q->tokens, q->n_pages * P, q->salt, q->pages, q->n_pages, &st) != 0)
         tide_log(TIDE_LOG_WARN, "prefix cache: request %lld: %s", (long long)q->id, st.msg);
-    for (int64_t i = first; i < q->n_pages; i++) {
+    /* The insert walks all of q's pages, not just the new ones: an older
+     * page that stayed private (it duplicated another request's entry)
+     * gets an entry once that entry was evicted, and a cached page hanging
+     * off an evicted ancestor may be re-linked or dropped. So the cache's
+     * block references follow the entries over every page of q. */
+    for (int64_t i = 0; i < q->n_pages; i++) {
         int32_t pg = q->pages[i];
-        if (!x->pc.cached[pg] || x->held[pg]) continue;
-        if (tide_kv_ref(tide_fwd_kv(s->fx), x->blocks + (int64_t)pg * x->bpp, x->bpp, &st) == 0) x->held[pg] = 1;
+        if (x->pc.cached[pg] == x->held[pg]) continue;
+        if (x->held[pg]) on_evict(s, pg); /* lost its entry: the cache's references go */
+        else if (tide_kv_ref(tide_fwd_kv(s->fx), x->blocks + (int64_t)pg * x->bpp, x->bpp, &st) == 0)
+            x->held[pg] = 1;
         else tide_log(TIDE_LOG_ERROR, "prefix cache: page %d: %s", (int)pg, st.msg);
     }
 }
 
 void tide_sched_after_step(tide_sched *s) {
     if (!s->prefix_on) return;
-    for (int i = 0; i < s->plan.n_items; i++) {
-        tide_req *q = s->plan.items[i].req;
+    for (int i = 0; i < s->flight.n_items; i++) {
+        tide_req *q = s->flight.items[i].req;
         if (q->has_cache) register_pages(s, q);
     }
 }
@@ -302,7 +311,19 @@ static void drop_cache(tide_sched *s, tide_req *q) {
     prefix_drop(s, q);
 }
 
+static void unplan(tide_sched *s, tide_req *q) {
+    tide_sched_plan *p = &s->plan;
+    for (int i = 0; i < p->n_items; i++)
+        if (p->items[i].req == q) {
+            p->n_tokens -= p->items[i].n_tokens;
+            memmove(p->items + i, p->items + i + 1, (size_t)(p->n_items - i - 1) * sizeof *p->items);
+            p->n_items--;
+            return;
+        }
+}
+
 void tide_sched_remove(tide_sched *s, tide_req *q) {
+    unplan(s, q);
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i] == q) {
             memmove(s->running + i, s->running + i + 1, (size_t)(s->n_running - i - 1) * sizeof *s->running);
@@ -329,12 +350,56 @@ static void preempt_last(tide_sched *s) {
     wq_push_front(s, v);
 }
 
-static void add(tide_sched *s, tide_req *q, int64_t n) {
+static void add(tide_sched *s, tide_req *q, int64_t pos, int64_t n, int64_t len) {
     tide_sched_item *it = &s->plan.items[s->plan.n_items++];
     it->req = q;
+    it->pos = pos;
     it->n_tokens = n;
-    it->logits = q->cache.pos + n == q->n_tokens ? TIDE_LOGITS_LAST : TIDE_LOGITS_NONE;
+    it->logits = pos + n == len ? TIDE_LOGITS_LAST : TIDE_LOGITS_NONE;
     s->plan.n_tokens += n;
+}
+
+static const tide_sched_item *in_flight(const tide_sched *s, const tide_req *q) {
+    for (int i = 0; i < s->flight.n_items; i++)
+        if (s->flight.items[i].req == q) return &s->flight.items[i];
+    return NULL;
+}
+
+/* Where running request q will stand when the step in flight is done: its
+ * position and sequence length (a sampled row adds a token), and whether
+ * that step ends it for sure (its last token by max_tokens). */
+static int ahead(const tide_sched *s, const tide_req *q, int64_t *pos, int64_t *len) {
+    const tide_sched_item *f = in_flight(s, q);
+    *len = q->n_tokens;
+    if (!f) {
+        *pos = q->cache.pos;
+        return 0;
+    }
+    *pos = f->pos + f->n_tokens;
+    if (f->logits != TIDE_LOGITS_LAST) return 0;
+    (*len)++;
+    return q->sp.max_tokens > 0 && tide_req_n_output(q) + 1 >= q->sp.max_tokens;
+}
+
+/* The newest running request can be preempted unless it is q or in flight
+ * (its cache is in use). */
+static int can_preempt_last(const tide_sched *s, const tide_req *q) {
+    tide_req *v = s->running[s->n_running - 1];
+    return v != q && !in_flight(s, v);
+}
+
+void tide_sched_launch(tide_sched *s) {
+    tide_sched_plan *f = &s->flight, *p = &s->plan;
+    memcpy(f->items, p->items, (size_t)p->n_items * sizeof *f->items);
+    f->n_items = p->n_items;
+    f->n_tokens = p->n_tokens;
+    p->n_items = p->n_failed = 0;
+    p->n_tokens = 0;
+}
+
+void tide_sched_land(tide_sched *s) {
+    s->flight.n_items = 0;
+    s->flight.n_tokens = 0;
 }
 
 static void fail(tide_sched *s, tide_req *q, const char *msg) {
@@ -365,15 +430,20 @@ void tide_sched_make_plan(tide_sched *s) {
     int64_t budget = s->cfg.max_step_tokens, planned = 0;
     for (int i = 0; i < s->n_running;) {
         tide_req *q = s->running[i];
-        int64_t n = chunk_at(s, q, q->cache.pos, budget);
+        int64_t pos, len;
+        int64_t n = ahead(s, q, &pos, &len) ? 0 : chunk_at(s, q, pos, len, budget);
         if (n == 0) {
             i++;
             continue;
         }
-        int64_t nb = need_blocks(s, q->cache.pos + n, &q->cache, 0);
-        while (nb > room(s) - planned && s->running[s->n_running - 1] != q) preempt_last(s);
+        int64_t nb = need_blocks(s, pos + n, &q->cache, 0);
+        while (nb > room(s) - planned && can_preempt_last(s, q)) preempt_last(s);
         if (nb > room(s) - planned) {
-            if (p->n_items == 0) {
+            if (in_flight(s, q) || s->running[s->n_running - 1] != q) {
+                i++; /* the newer ones are in flight: q waits for a step */
+                continue;
+            }
+            if (p->n_items == 0 && s->flight.n_items == 0) {
                 /* alone and still too big: admission checks make this
                  * impossible; never loop on it */
                 tide_sched_remove(s, q);
@@ -383,7 +453,7 @@ void tide_sched_make_plan(tide_sched *s) {
             preempt_last(s); /* q is the newest: it waits for the others */
             continue;
         }
-        add(s, q, n);
+        add(s, q, pos, n, len);
         planned += nb;
         budget -= n;
         i++;
@@ -392,7 +462,7 @@ void tide_sched_make_plan(tide_sched *s) {
         tide_req *q = wq_at(s, 0);
         int64_t frozen = prefix_lookup(s, q), start = 0;
         if (frozen > 0 && s->px.replay >= 0 && frozen > s->px.replay) start = frozen - s->px.replay;
-        int64_t n = chunk_at(s, q, start, budget);
+        int64_t n = chunk_at(s, q, start, q->n_tokens, budget);
         /* room() is taken after the lookup: hit pages are no longer evictable */
         if (n == 0 || need_blocks(s, start + n, NULL, frozen) > room(s) - planned) {
             prefix_drop(s, q);
@@ -408,11 +478,26 @@ void tide_sched_make_plan(tide_sched *s) {
         }
         q->state = TIDE_REQ_RUNNING;
         s->running[s->n_running++] = q;
-        add(s, q, n);
+        add(s, q, start, n, q->n_tokens);
         planned += nb;
         budget -= n;
     }
     reclaim(s, planned);
+}
+
+int tide_sched_reserve(tide_sched *s, tide_status *st) {
+    tide_kv_pool *kv = tide_fwd_kv(s->fx);
+    for (int i = 0; i < s->plan.n_items; i++) {
+        tide_req *q = s->plan.items[i].req;
+        int64_t end = s->plan.items[i].pos + s->plan.items[i].n_tokens;
+        if (q->cache.pos != s->plan.items[i].pos) /* a prediction went wrong: never feed a wrong position */
+            return tide_fail(st, TIDE_ERR_INTERNAL, "scheduler: request %lld is at %lld, planned at %lld",
+                             (long long)q->id, (long long)q->cache.pos, (long long)s->plan.items[i].pos);
+        for (int k = 0; k < s->n_src; k++)
+            if (tide_kv_reserve(kv, &q->cache.tables[k], end / s->ratio[k], st) != 0)
+                return tide_fail_ctx(st, "scheduler: request %lld", (long long)q->id);
+    }
+    return 0;
 }
 
 /* ---- consistency (tests) -------------------------------------------------- */

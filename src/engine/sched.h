@@ -9,7 +9,8 @@
  *      running requests are preempted (cache dropped, back to the FRONT of the
  *      queue, to be recomputed from position 0, or from what of it is still
  *      in the prefix cache) until it can, or the request itself is, if it is
- *      the newest;
+ *      the newest; a request of the step in flight is never preempted (the
+ *      chunk waits a step instead);
  *   2. then waiting requests, in order, while a sequence slot, budget and KV
  *      blocks for their first chunk remain (the head blocks the queue: no
  *      overtaking, so nobody starves).
@@ -69,6 +70,7 @@ typedef struct tide_sched_prefix {
 
 typedef struct tide_sched_item {
     tide_req *req;
+    int64_t pos;             /* where the chunk starts (the cache's position once the pass in flight is done) */
     int64_t n_tokens;        /* tokens req->tokens[pos, pos + n) */
     int logits;              /* TIDE_LOGITS_LAST when the chunk reaches the end: sample after */
 } tide_sched_item;
@@ -91,7 +93,15 @@ typedef struct tide_sched {
     tide_req **running;         /* [max_seqs], admission order */
     int n_running;
     int64_t preemptions;
-    tide_sched_plan plan;
+    tide_sched_plan plan;       /* the next step's */
+    /* The step launched and not yet completed (tide_sched_launch ..
+     * tide_sched_land): a copy of its plan. Planning the next step while it
+     * is in flight reads only these copies for its requests (never their
+     * caches' positions, which the pass advances), does not preempt them,
+     * and plans a request whose row is being sampled one decode token ahead
+     * (the token is appended before that step launches) unless that token
+     * is its last (max_tokens). */
+    tide_sched_plan flight;
     int prefix_on;
     tide_sched_prefix px;       /* valid when prefix_on */
 } tide_sched;
@@ -113,17 +123,40 @@ int64_t tide_sched_blocks_free(const tide_sched *s);
 
 /* Queues a new WAITING request at the back. */
 int tide_sched_enqueue(tide_sched *s, tide_req *q, tide_status *st);
-/* Takes q out of the queue or the running set and drops its cache. */
+/* Takes q out of the queue or the running set and the plan, and drops its
+ * cache (never called on a request in flight while its pass runs). */
 void tide_sched_remove(tide_sched *s, tide_req *q);
 
 /* Plans the next step into s->plan (admitting and preempting as needed).
+ * With a step in flight (s->flight) it plans from where that step will
+ * leave its requests (see tide_sched's flight), so it may run while the
+ * pass does: it touches only the queues, the requests not in flight, the
+ * pool's block bookkeeping and the prefix cache, none of which the pass in
+ * flight uses once tide_sched_reserve has run.
  * Requests that cannot run at all (cache allocation failed) are removed and
  * listed in plan.failed. Evicts cached pages so that the pool's free blocks
  * cover what the plan's chunks will reserve. */
 void tide_sched_make_plan(tide_sched *s);
 
-/* After the planned step's forward pass succeeded: registers the pages the
- * planned requests completed (prefix cache on; never fails: a page that
+/* Moves the plan to the flight (the plan is then empty). After
+ * tide_sched_reserve. */
+void tide_sched_launch(tide_sched *s);
+/* The step in flight is complete (sampled and reported). */
+void tide_sched_land(tide_sched *s);
+
+/* The launch's host side: reserves in every planned sequence's tables the
+ * KV blocks its chunk writes (what tide_forward would reserve itself), so
+ * that the forward pass then never touches the pool's free list or grows
+ * the pool. A GPU backend needs the block tables final before it copies
+ * them to the device, and overlapped planning needs the pool left alone by
+ * the pass in flight (docs/engine.md, "Overlapped scheduling"). Fails on an
+ * exhausted pool (planning makes that impossible); blocks reserved before
+ * the failure stay in their tables and go back when the caller drops the
+ * failed requests. */
+int tide_sched_reserve(tide_sched *s, tide_status *st);
+
+/* After the forward pass in flight succeeded: registers the pages the
+ * flight's requests completed (prefix cache on; never fails: a page that
  * cannot be registered just stays private). */
 void tide_sched_after_step(tide_sched *s);
 

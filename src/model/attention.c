@@ -31,7 +31,7 @@ void tide_rope_tail(const tide_step *s, int layer, float *x, int64_t n_vec, int6
     int rd = (int)c->qk_rope_head_dim;
     float cs[512];
     tide_rope_cs(s->m->layers[layer].rope_freq, rd / 2, pos, cs);
-    s->ops->rope(x + (width - rd), n_vec, width, rd / 2, cs, inverse);
+    s->ops->rope(s->ops, x + (width - rd), n_vec, width, rd / 2, cs, inverse);
 }
 
 /* Group-wise wo_a: o [rows][G][gin] -> oa [rows][G][R], each group with its
@@ -48,7 +48,7 @@ static void wo_a_grouped(tide_step *s, const tide_weight *w, const float *o, int
         tide_weight wg = *w;
         wg.out = R;
         wg.data = (const uint8_t *)w->data + (size_t)(g * R * gin) * el;
-        s->ops->linear(s->pool, &wg, xin, rows, yo, TIDE_LIN_BF16_OUT);
+        s->ops->linear(s->ops, s->pool, &wg, xin, rows, yo, TIDE_LIN_BF16_OUT);
         for (int64_t r = 0; r < rows; r++)
             memcpy(oa + (r * G + g) * R, yo + r * R, (size_t)R * sizeof(float));
     }
@@ -93,11 +93,11 @@ void tide_attn_project(tide_step *s, int layer, const float *x, float *qr, float
     const tide_attn_weights *a = &s->m->layers[layer].attn;
     const tide_ops *ops = s->ops;
     int64_t rows = s->rows, H = c->num_attention_heads, Dh = c->head_dim, QL = c->q_lora_rank;
-    ops->linear(s->pool, &a->wq_a, x, rows, qr, TIDE_LIN_BF16_OUT);
-    ops->rmsnorm(s->pool, qr, rows, QL, a->q_norm, c->rms_norm_eps, qr);
-    ops->linear(s->pool, &a->wq_b, qr, rows, q, TIDE_LIN_BF16_OUT);
-    ops->linear(s->pool, &a->wkv, x, rows, kv, TIDE_LIN_BF16_OUT);
-    ops->rmsnorm(s->pool, kv, rows, Dh, a->kv_norm, c->rms_norm_eps, kv);
+    ops->linear(ops, s->pool, &a->wq_a, x, rows, qr, TIDE_LIN_BF16_OUT);
+    ops->rmsnorm(ops, s->pool, qr, rows, QL, a->q_norm, c->rms_norm_eps, qr);
+    ops->linear(ops, s->pool, &a->wq_b, qr, rows, q, TIDE_LIN_BF16_OUT);
+    ops->linear(ops, s->pool, &a->wkv, x, rows, kv, TIDE_LIN_BF16_OUT);
+    ops->rmsnorm(ops, s->pool, kv, rows, Dh, a->kv_norm, c->rms_norm_eps, kv);
     for (int64_t r = 0; r < rows; r++) {
         tide_rope_tail(s, layer, q + r * H * Dh, H, Dh, s->row_pos[r], 0);
         tide_rope_tail(s, layer, kv + r * Dh, 1, Dh, s->row_pos[r], 0);
@@ -110,11 +110,11 @@ void tide_attn_output(tide_step *s, int layer, const float *q, const tide_attn_r
     const tide_attn_weights *a = &s->m->layers[layer].attn;
     int64_t rows = s->rows, H = c->num_attention_heads, Dh = c->head_dim;
     int64_t G = c->o_groups, R = c->o_lora_rank;
-    s->ops->sparse_attn(s->pool, q, rows, (int)H, Dh, ar, a->sink, (float)(1.0 / sqrt((double)Dh)), o);
+    s->ops->sparse_attn(s->ops, s->pool, q, rows, (int)H, Dh, ar, a->sink, (float)(1.0 / sqrt((double)Dh)), o);
     for (int64_t r = 0; r < rows; r++) tide_rope_tail(s, layer, o + r * H * Dh, H, Dh, s->row_pos[r], 1);
     float *oa = tide_xmalloc((size_t)(rows * G * R) * sizeof(float));
     wo_a_grouped(s, &a->wo_a, o, G, R, oa);
-    s->ops->linear(s->pool, &a->wo_b, oa, rows, out, TIDE_LIN_BF16_OUT);
+    s->ops->linear(s->ops, s->pool, &a->wo_b, oa, rows, out, TIDE_LIN_BF16_OUT);
     free(oa);
 }
 

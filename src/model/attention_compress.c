@@ -18,8 +18,8 @@ static void compress_ratio1(tide_step *s, const tide_attn_weights *a, const floa
                             int64_t *first, int64_t *count) {
     const tide_text_config *c = &s->m->cfg.text;
     int64_t Dh = c->head_dim, k = 0;
-    s->ops->linear(s->pool, &a->cmp_wkv, x, s->rows, lat, TIDE_LIN_BF16_OUT);
-    s->ops->rmsnorm(s->pool, lat, s->rows, Dh, a->cmp_norm, c->rms_norm_eps, lat);
+    s->ops->linear(s->ops, s->pool, &a->cmp_wkv, x, s->rows, lat, TIDE_LIN_BF16_OUT);
+    s->ops->rmsnorm(s->ops, s->pool, lat, s->rows, Dh, a->cmp_norm, c->rms_norm_eps, lat);
     for (int q = 0; q < s->n_seqs; q++) {
         const tide_seq_cache *cache = s->seqs[q].cache;
         int64_t start = cache->pos, end = start + s->seqs[q].n_tokens;
@@ -55,8 +55,8 @@ void tide_compress(tide_step *s, int layer, const float *x, float *lat, int64_t 
     }
     float *kv = tide_xmalloc((size_t)(rows * Dh) * sizeof(float));
     float *sc = tide_xmalloc((size_t)(rows * Dh) * sizeof(float));
-    s->ops->linear(s->pool, &a->cmp_wkv, x, rows, kv, 0);
-    s->ops->linear(s->pool, &a->cmp_wgate, x, rows, sc, 0);
+    s->ops->linear(s->ops, s->pool, &a->cmp_wkv, x, rows, kv, 0);
+    s->ops->linear(s->ops, s->pool, &a->cmp_wgate, x, rows, sc, 0);
     for (int q = 0; q < s->n_seqs; q++) {
         tide_seq_cache *cache = s->seqs[q].cache;
         float *skv = cache->cmp_kv + (int64_t)slot * cache->max_ratio * Dh;
@@ -72,13 +72,13 @@ void tide_compress(tide_step *s, int layer, const float *x, float *lat, int64_t 
             memcpy(ssc + sl * Dh, rs, (size_t)Dh * sizeof(float));
             log_row(cache, slot, p, rk, rs, Dh);
             if ((p + 1) % r == 0 && p + 1 > cache->frozen_tokens) {
-                s->ops->compress_pool(skv, ssc, r, Dh, lat + k * Dh);
+                s->ops->compress_pool(s->ops, skv, ssc, r, Dh, lat + k * Dh);
                 k++;
                 count[q]++;
             }
         }
     }
-    if (k > 0) s->ops->rmsnorm(s->pool, lat, k, Dh, a->cmp_norm, c->rms_norm_eps, lat);
+    if (k > 0) s->ops->rmsnorm(s->ops, s->pool, lat, k, Dh, a->cmp_norm, c->rms_norm_eps, lat);
     free(kv);
     free(sc);
 }

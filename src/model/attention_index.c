@@ -41,7 +41,7 @@ void tide_candidate_mask(const tide_ops *ops, const float *score, int64_t n, int
     /* the block holding the newest visible position is pinned in */
     if (cl > 0) bscore[(cl - 1) / bs] = INFINITY;
     int64_t kb = topk_blocks < nb ? topk_blocks : nb;
-    int got = ops->topk_sorted(bscore, nb, (int)kb, bidx, NULL);
+    int got = ops->topk_sorted(ops, bscore, nb, (int)kb, bidx, NULL);
     memset(mask, 0, (size_t)n);
     for (int i = 0; i < got; i++) {
         int64_t b = bidx[i];
@@ -66,7 +66,7 @@ static void idx_task(void *arg, int64_t r, int thread) {
     float *score = jb->scratch + (int64_t)thread * jb->scratch_per;
     float *bscore = score + n;
     int32_t *iscr = jb->iscratch + (int64_t)thread * jb->iscratch_per;
-    s->ops->index_scores(jb->q + r * IH * ID, (int)IH, ID, jb->w + r * IH, jb->keys[q], n, score);
+    s->ops->index_scores(s->ops, jb->q + r * IH * ID, (int)IH, ID, jb->w + r * IH, jb->keys[q], n, score);
     for (int64_t j = cl; j < n; j++) score[j] = -INFINITY;
     if (role->is_candidate_source) {
         tide_candidate_mask(s->ops, score, n, cl, c->candidate_topk_blocks, c->candidate_block_size,
@@ -76,7 +76,7 @@ static void idx_task(void *arg, int64_t r, int thread) {
         for (int64_t j = 0; j < n; j++)
             if (!mask[j]) score[j] = -INFINITY;
     }
-    int k = s->ops->topk_sorted(score, n, (int)(itk < n ? itk : n), s->topk + r * itk, iscr);
+    int k = s->ops->topk_sorted(s->ops, score, n, (int)(itk < n ? itk : n), s->topk + r * itk, iscr);
     int valid = k;
     while (valid > 0 && s->topk[r * itk + valid - 1] >= cl) s->topk[r * itk + --valid] = -1;
     s->topk_n[r] = k;
@@ -94,8 +94,8 @@ static void publish_keys(tide_step *s, int layer, const float *lat, const int64_
     for (int q = 0; q < s->n_seqs; q++) total += count[q];
     if (total == 0) return;
     float *k = tide_xmalloc((size_t)(total * ID) * sizeof(float));
-    s->ops->linear(s->pool, &a->idx_wk, lat, total, k, TIDE_LIN_BF16_OUT);
-    s->ops->rmsnorm(s->pool, k, total, ID, a->idx_k_norm, c->rms_norm_eps, k);
+    s->ops->linear(s->ops, s->pool, &a->idx_wk, lat, total, k, TIDE_LIN_BF16_OUT);
+    s->ops->rmsnorm(s->ops, s->pool, k, total, ID, a->idx_k_norm, c->rms_norm_eps, k);
     int64_t kk = 0;
     for (int q = 0; q < s->n_seqs; q++) {
         tide_seq_cache *sc = s->seqs[q].cache;
@@ -134,12 +134,12 @@ void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, cons
     /* 2. queries and head weights */
     float *q = tide_xmalloc((size_t)(rows * IH * ID) * sizeof(float));
     float *w = tide_xmalloc((size_t)(rows * IH) * sizeof(float));
-    ops->linear(s->pool, &a->idx_wq_b, qr, rows, q, TIDE_LIN_BF16_OUT);
+    ops->linear(ops, s->pool, &a->idx_wq_b, qr, rows, q, TIDE_LIN_BF16_OUT);
     for (int64_t r = 0; r < rows; r++) {
         tide_rope_tail(s, layer, q + r * IH * ID, IH, ID, s->row_pos[r], 0);
         tide_sim_fp4_e8m0(q + r * IH * ID, (size_t)(IH * ID), 32);
     }
-    ops->linear(s->pool, &a->idx_wproj, x, rows, w, TIDE_LIN_BF16_OUT);
+    ops->linear(ops, s->pool, &a->idx_wproj, x, rows, w, TIDE_LIN_BF16_OUT);
     float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
     for (int64_t i = 0; i < rows * IH; i++) w[i] = tide_round_bf16(w[i] * wscale);
 

@@ -17,8 +17,8 @@ static float *main_x(tide_fwd_ctx *fx, const float *main_hidden, int64_t n) {
     const tide_layer *L0 = &m->layers[m->n_backbone];
     int64_t D = m->cfg.text.hidden_size;
     float *x = tide_xmalloc((size_t)(n * D) * sizeof(float));
-    fx->ops->linear(fx->pool, &L0->main_proj, main_hidden, n, x, TIDE_LIN_BF16_OUT);
-    fx->ops->rmsnorm(fx->pool, x, n, D, L0->main_norm, m->cfg.text.rms_norm_eps, x);
+    fx->ops->linear(fx->ops, fx->pool, &L0->main_proj, main_hidden, n, x, TIDE_LIN_BF16_OUT);
+    fx->ops->rmsnorm(fx->ops, fx->pool, x, n, D, L0->main_norm, m->cfg.text.rms_norm_eps, x);
     return x;
 }
 
@@ -31,12 +31,12 @@ static void seed_stage(tide_fwd_ctx *fx, tide_seq_cache *c, int layer, const flo
     int64_t Dh = tc->head_dim;
     int rd = (int)tc->qk_rope_head_dim;
     float *kv = tide_xmalloc((size_t)(n * Dh) * sizeof(float));
-    fx->ops->linear(fx->pool, &a->wkv, mx, n, kv, TIDE_LIN_BF16_OUT);
-    fx->ops->rmsnorm(fx->pool, kv, n, Dh, a->kv_norm, tc->rms_norm_eps, kv);
+    fx->ops->linear(fx->ops, fx->pool, &a->wkv, mx, n, kv, TIDE_LIN_BF16_OUT);
+    fx->ops->rmsnorm(fx->ops, fx->pool, kv, n, Dh, a->kv_norm, tc->rms_norm_eps, kv);
     float cs[512];
     for (int64_t t = 0; t < n; t++) {
         tide_rope_cs(m->layers[layer].rope_freq, rd / 2, pos0 + t, cs);
-        fx->ops->rope(kv + t * Dh + (Dh - rd), 1, Dh, rd / 2, cs, 0);
+        fx->ops->rope(fx->ops, kv + t * Dh + (Dh - rd), 1, Dh, rd / 2, cs, 0);
         tide_sim_fp8_act(kv + t * Dh, (size_t)Dh, 32);
         memcpy(tide_seq_ring(c, layer, pos0 + t), kv + t * Dh, (size_t)Dh * sizeof(float));
     }
@@ -153,15 +153,15 @@ int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hid
     const tide_layer *last = &m->layers[m->n_layers - 1];
     float *x = tide_xmalloc((size_t)(B * D) * sizeof(float));
     float *xn = tide_xmalloc((size_t)(B * D) * sizeof(float));
-    fx->ops->hc_pre(h, B, (int)hc, D, pre_mix, x);
-    fx->ops->rmsnorm(fx->pool, x, B, D, last->final_norm, tc->rms_norm_eps, xn);
-    fx->ops->linear(fx->pool, &m->head, xn, B, out->logits, 0);
+    fx->ops->hc_pre(fx->ops, h, B, (int)hc, D, pre_mix, x);
+    fx->ops->rmsnorm(fx->ops, fx->pool, x, B, D, last->final_norm, tc->rms_norm_eps, xn);
+    fx->ops->linear(fx->ops, fx->pool, &m->head, xn, B, out->logits, 0);
     float *e = tide_xmalloc((size_t)(B * MR) * sizeof(float));
     float *bias = tide_xmalloc((size_t)V * sizeof(float));
     out->draft_ids[0] = token;
     for (int64_t j = 0; j < B; j++) {
         embed_rows(&last->markov_embed, &out->draft_ids[j], 1, e + j * MR);
-        fx->ops->linear(fx->pool, &last->markov_head, e + j * MR, 1, bias, 0);
+        fx->ops->linear(fx->ops, fx->pool, &last->markov_head, e + j * MR, 1, bias, 0);
         float *lj = out->logits + j * V;
         int64_t best = 0;
         for (int64_t v = 0; v < V; v++) {
@@ -175,7 +175,7 @@ int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hid
         memcpy(cat + j * (D + MR), x + j * D, (size_t)D * sizeof(float));
         memcpy(cat + j * (D + MR) + D, e + j * MR, (size_t)MR * sizeof(float));
     }
-    fx->ops->linear(fx->pool, &last->conf_proj, cat, B, out->confidence, 0);
+    fx->ops->linear(fx->ops, fx->pool, &last->conf_proj, cat, B, out->confidence, 0);
     free(s.row_pos);
     free(ids);
     free(h);

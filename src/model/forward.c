@@ -228,8 +228,8 @@ static int engram_layer(const tide_step *s, const tide_layer *L, const int64_t *
     int rc = tide_engram_gather(&L->engram, d, rows_idx, stride, s->rows, emb, st);
     if (rc == 0) {
         tide_weight w = {TIDE_W_FP8, out, in, L->engram.wkv, L->engram.wkv_scale};
-        s->ops->linear(s->pool, &w, emb, s->rows, kv, TIDE_LIN_BF16_OUT);
-        s->ops->engram_mix(kv, L->engram_qk, s->rows, d->hc_mult, d->dim, d->eps, h);
+        s->ops->linear(s->ops, s->pool, &w, emb, s->rows, kv, TIDE_LIN_BF16_OUT);
+        s->ops->engram_mix(s->ops, kv, L->engram_qk, s->rows, d->hc_mult, d->dim, d->eps, h);
     }
     free(emb);
     free(kv);
@@ -375,8 +375,8 @@ static void head(const tide_step *s, const step_rows *sr, float *logits) {
     const tide_text_config *c = &m->cfg.text;
     int64_t D = c->hidden_size, hc = c->hc_mult, rows = s->rows;
     float *x = tide_xmalloc((size_t)(rows * D) * sizeof(float));
-    s->ops->hc_pre(sr->h, rows, (int)hc, D, sr->pre_mix, x);
-    s->ops->rmsnorm(s->pool, x, rows, D, m->norm, c->rms_norm_eps, x);
+    s->ops->hc_pre(s->ops, sr->h, rows, (int)hc, D, sr->pre_mix, x);
+    s->ops->rmsnorm(s->ops, s->pool, x, rows, D, m->norm, c->rms_norm_eps, x);
     int64_t nl = 0;
     for (int q = 0; q < s->n_seqs; q++) {
         /* validation made sure the rows asked for ran every layer */
@@ -389,7 +389,7 @@ static void head(const tide_step *s, const step_rows *sr, float *logits) {
             nl += n;
         }
     }
-    s->ops->linear(s->pool, &m->head, x, nl, logits, 0);
+    s->ops->linear(s->ops, s->pool, &m->head, x, nl, logits, 0);
     free(x);
 }
 

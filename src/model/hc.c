@@ -28,24 +28,24 @@ void tide_block(tide_step *s, int layer, float *h, float *pre_mix, tide_attn_fn 
     const tide_fwd_opts *o = &s->fx->opt;
     if (o->dump) o->dump(o->dump_ctx, "h_in", layer, h, rows, hc * D);
     memcpy(res, h, (size_t)(rows * hc * D) * sizeof(float));
-    ops->hc_mixes(s->pool, h, rows, hc, D, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base,
+    ops->hc_mixes(ops, s->pool, h, rows, hc, D, L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base,
                   c->rms_norm_eps, (int)c->hc_sinkhorn_iters, c->hc_eps, pre, post, comb);
-    ops->hc_pre(h, rows, hc, D, pre_mix, x);
-    ops->rmsnorm(s->pool, x, rows, D, L->attn_norm, c->rms_norm_eps, x);
+    ops->hc_pre(ops, h, rows, hc, D, pre_mix, x);
+    ops->rmsnorm(ops, s->pool, x, rows, D, L->attn_norm, c->rms_norm_eps, x);
     if (attn) attn(s, layer, x, y, arg);
     else tide_attention(s, layer, x, y);
     if (o->dump) o->dump(o->dump_ctx, "attn_out", layer, y, rows, D);
-    ops->hc_post(y, res, rows, hc, D, post, comb, h);
+    ops->hc_post(ops, y, res, rows, hc, D, post, comb, h);
 
     memcpy(pre_mix, pre, (size_t)(rows * hc) * sizeof(float)); /* attention's pre feeds the FFN */
     memcpy(res, h, (size_t)(rows * hc * D) * sizeof(float));
-    ops->hc_mixes(s->pool, h, rows, hc, D, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base,
+    ops->hc_mixes(ops, s->pool, h, rows, hc, D, L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base,
                   c->rms_norm_eps, (int)c->hc_sinkhorn_iters, c->hc_eps, pre, post, comb);
-    ops->hc_pre(h, rows, hc, D, pre_mix, x);
-    ops->rmsnorm(s->pool, x, rows, D, L->ffn_norm, c->rms_norm_eps, x);
+    ops->hc_pre(ops, h, rows, hc, D, pre_mix, x);
+    ops->rmsnorm(ops, s->pool, x, rows, D, L->ffn_norm, c->rms_norm_eps, x);
     tide_moe(s, &L->ffn, x, y);
     if (o->dump) o->dump(o->dump_ctx, "ffn_out", layer, y, rows, D);
-    ops->hc_post(y, res, rows, hc, D, post, comb, h);
+    ops->hc_post(ops, y, res, rows, hc, D, post, comb, h);
     memcpy(pre_mix, pre, (size_t)(rows * hc) * sizeof(float));
     if (o->dump) o->dump(o->dump_ctx, "h_out", layer, h, rows, hc * D);
 

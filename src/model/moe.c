@@ -19,10 +19,10 @@ static void expert(tide_step *s, const tide_weight *w1, const tide_weight *w2, c
     int64_t I = w1->out;
     float *g = tide_xmalloc((size_t)(n * I) * sizeof(float));
     float *u = tide_xmalloc((size_t)(n * I) * sizeof(float));
-    s->ops->linear(s->pool, w1, x, n, g, TIDE_LIN_BF16_OUT);
-    s->ops->linear(s->pool, w3, x, n, u, TIDE_LIN_BF16_OUT);
-    s->ops->swiglu(g, u, n, I, c->swiglu_limit, wt, g);
-    s->ops->linear(s->pool, w2, g, n, y, TIDE_LIN_BF16_OUT);
+    s->ops->linear(s->ops, s->pool, w1, x, n, g, TIDE_LIN_BF16_OUT);
+    s->ops->linear(s->ops, s->pool, w3, x, n, u, TIDE_LIN_BF16_OUT);
+    s->ops->swiglu(s->ops, g, u, n, I, c->swiglu_limit, wt, g);
+    s->ops->linear(s->ops, s->pool, w2, g, n, y, TIDE_LIN_BF16_OUT);
     free(g);
     free(u);
 }
@@ -32,13 +32,13 @@ void tide_moe(tide_step *s, const tide_ffn_weights *f, const float *x, float *ou
     int64_t rows = s->rows, D = c->hidden_size;
     int E = f->n_experts, k = f->top_k;
     float *logits = tide_xmalloc((size_t)(rows * E) * sizeof(float));
-    s->ops->linear(s->pool, &f->gate, x, rows, logits, 0);
+    s->ops->linear(s->ops, s->pool, &f->gate, x, rows, logits, 0);
     if (c->gate_temp != 1.0)
         for (int64_t i = 0; i < rows * E; i++) logits[i] /= (float)c->gate_temp;
     int32_t *idx = tide_xmalloc((size_t)(rows * k) * sizeof(int32_t));
     float *wt = tide_xmalloc((size_t)(rows * k) * sizeof(float));
     int func = !strcmp(c->scoring_func, "sigmoid") ? 1 : !strcmp(c->scoring_func, "softmax") ? 2 : 0;
-    s->ops->moe_route(logits, rows, E, k, func, f->bias, c->norm_topk_prob, (float)c->routed_scaling_factor,
+    s->ops->moe_route(s->ops, logits, rows, E, k, func, f->bias, c->norm_topk_prob, (float)c->routed_scaling_factor,
                       idx, wt);
 
     float *acc = calloc((size_t)(rows * D), sizeof(float));

@@ -29,7 +29,8 @@
 #include "num/num.h"
 
 /* Fake device memory: a table of live blocks (tests only, one thread at a
- * time: the ops table calls under its mutex; these statics are test state). */
+ * time: a context's ops run under its mutex and gpu_test_model drives one
+ * context at a time; these statics are test state). */
 #define FAKE_MAX 65536
 static struct {
     char *p;
@@ -137,7 +138,7 @@ int tide_cuda_rmsnorm_f32(const float *x, int64_t rows, int64_t dim, const float
     chk("rmsnorm w", w, (size_t)dim * F4);
     chk("rmsnorm y", y, (size_t)(rows * dim) * F4);
     if (kernel("rmsnorm", st)) return -1;
-    tide_cpu_ops()->rmsnorm(NULL, x, rows, dim, w, eps, y);
+    tide_cpu_ops()->rmsnorm(tide_cpu_ops(), NULL, x, rows, dim, w, eps, y);
     return 0;
 }
 
@@ -171,7 +172,7 @@ static int gemm(tide_wtype t, const uint8_t *xq, const uint8_t *xs, int64_t m, c
         for (int64_t i = 0; i < k; i++)
             xf[r * k + i] = tide_e4m3_to_f32(xq[r * k + i]) * tide_e8m0_to_f32(xs[r * nbk + i / 32]);
     tide_weight wt = {t, n, k, w, ws};
-    tide_cpu_ops()->linear(NULL, &wt, xf, m, yf, 0);
+    tide_cpu_ops()->linear(tide_cpu_ops(), NULL, &wt, xf, m, yf, 0);
     tide_f32_to_bf16_row(yf, y, (size_t)(m * n));
     free(xf);
     free(yf);
@@ -213,7 +214,7 @@ int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, 
         rw[r].kv = ptr + r * n_idx;
         rw[r].n_idx = n_idx;
     }
-    tide_cpu_ops()->sparse_attn(NULL, q, rows, heads, dim, rw, sink, scale, out);
+    tide_cpu_ops()->sparse_attn(tide_cpu_ops(), NULL, q, rows, heads, dim, rw, sink, scale, out);
     free(rw);
     free(ptr);
     return 0;
@@ -232,7 +233,8 @@ int tide_cuda_hc_mixes(const float *x, int64_t rows, int hc, int64_t dim, const 
     chk("hc_mixes post", post, (size_t)(rows * hc) * F4);
     chk("hc_mixes comb", comb, (size_t)(rows * hc * hc) * F4);
     if (kernel("hc_mixes", st)) return -1;
-    tide_cpu_ops()->hc_mixes(NULL, x, rows, hc, dim, fn, scale, base, norm_eps, iters, hc_eps, pre, post, comb);
+    tide_cpu_ops()->hc_mixes(tide_cpu_ops(), NULL, x, rows, hc, dim, fn, scale, base, norm_eps, iters, hc_eps, pre,
+                             post, comb);
     return 0;
 }
 
@@ -243,7 +245,7 @@ int tide_cuda_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const fl
     chk("hc_pre pre", pre, (size_t)(rows * hc) * F4);
     chk("hc_pre y", y, (size_t)(rows * dim) * F4);
     if (kernel("hc_pre", st)) return -1;
-    tide_cpu_ops()->hc_pre(x, rows, hc, dim, pre, y);
+    tide_cpu_ops()->hc_pre(tide_cpu_ops(), x, rows, hc, dim, pre, y);
     return 0;
 }
 
@@ -257,7 +259,7 @@ int tide_cuda_hc_post(const float *y, const float *res, int64_t rows, int hc, in
     chk("hc_post out", out, (size_t)(rows * hc * dim) * F4);
     if (out == res) return tide_fail(st, TIDE_ERR_INVALID, "fake hc_post: out aliases res");
     if (kernel("hc_post", st)) return -1;
-    tide_cpu_ops()->hc_post(y, res, rows, hc, dim, post, comb, out);
+    tide_cpu_ops()->hc_post(tide_cpu_ops(), y, res, rows, hc, dim, post, comb, out);
     return 0;
 }
 
@@ -270,7 +272,8 @@ int tide_cuda_rope(float *x, int64_t rows, int64_t n_vec, int64_t row_stride, in
     }
     if (kernel("rope", st)) return -1;
     for (int64_t r = 0; r < rows; r++)
-        tide_cpu_ops()->rope(x + r * row_stride, n_vec, vec_stride, n_freq, cs + r * 2 * n_freq, inverse);
+        tide_cpu_ops()->rope(tide_cpu_ops(), x + r * row_stride, n_vec, vec_stride, n_freq, cs + r * 2 * n_freq,
+                             inverse);
     return 0;
 }
 
@@ -283,7 +286,8 @@ int tide_cuda_index_scores(const float *q, int64_t rows, int heads, int64_t d, c
     chk("index score", score, (size_t)(rows * n) * F4);
     if (kernel("index_scores", st)) return -1;
     for (int64_t r = 0; r < rows; r++)
-        tide_cpu_ops()->index_scores(q + r * heads * d, heads, d, w + r * heads, keys, n, score + r * n);
+        tide_cpu_ops()->index_scores(tide_cpu_ops(), q + r * heads * d, heads, d, w + r * heads, keys, n,
+                                     score + r * n);
     return 0;
 }
 
@@ -294,7 +298,8 @@ int tide_cuda_topk_sorted(const float *score, int64_t rows, int64_t n, int k, in
     chk("topk score", score, (size_t)(rows * n) * F4);
     chk("topk out", out, (size_t)(rows * k) * 4);
     if (kernel("topk", st)) return -1;
-    for (int64_t r = 0; r < rows; r++) tide_cpu_ops()->topk_sorted(score + r * n, n, k, out + r * k, NULL);
+    for (int64_t r = 0; r < rows; r++) tide_cpu_ops()->topk_sorted(tide_cpu_ops(), score + r * n, n, k, out + r * k,
+                                                                   NULL);
     return 0;
 }
 
@@ -309,7 +314,7 @@ int tide_cuda_moe_route(const float *logits, int64_t rows, int n_experts, int k,
     chk("moe idx", idx, (size_t)(rows * k) * 4);
     chk("moe w", w, (size_t)(rows * k) * F4);
     if (kernel("moe_route", st)) return -1;
-    tide_cpu_ops()->moe_route(logits, rows, n_experts, k, func, bias, norm, route_scale, idx, w);
+    tide_cpu_ops()->moe_route(tide_cpu_ops(), logits, rows, n_experts, k, func, bias, norm, route_scale, idx, w);
     return 0;
 }
 
@@ -321,7 +326,7 @@ int tide_cuda_swiglu(const float *g, const float *u, int64_t rows, int64_t n, do
     if (weight) chk("swiglu weight", weight, (size_t)rows * F4);
     chk("swiglu h", h, (size_t)(rows * n) * F4);
     if (kernel("swiglu", st)) return -1;
-    tide_cpu_ops()->swiglu(g, u, rows, n, limit, weight, h);
+    tide_cpu_ops()->swiglu(tide_cpu_ops(), g, u, rows, n, limit, weight, h);
     return 0;
 }
 
@@ -334,7 +339,7 @@ int tide_cuda_compress_pool(const float *kv, const float *score, int64_t groups,
     chk("pool out", out, (size_t)(groups * dim) * F4);
     if (kernel("compress_pool", st)) return -1;
     for (int64_t gi = 0; gi < groups; gi++)
-        tide_cpu_ops()->compress_pool(kv + gi * r * dim, score + gi * r * dim, r, dim, out + gi * dim);
+        tide_cpu_ops()->compress_pool(tide_cpu_ops(), kv + gi * r * dim, score + gi * r * dim, r, dim, out + gi * dim);
     return 0;
 }
 
@@ -345,7 +350,7 @@ int tide_cuda_engram_mix(const float *kv, const float *w, int64_t rows, int hc, 
     chk("engram w", w, (size_t)(hc * dim) * F4);
     chk("engram x", x, (size_t)(rows * hc * dim) * F4);
     if (kernel("engram_mix", st)) return -1;
-    tide_cpu_ops()->engram_mix(kv, w, rows, hc, dim, eps, x);
+    tide_cpu_ops()->engram_mix(tide_cpu_ops(), kv, w, rows, hc, dim, eps, x);
     return 0;
 }
 
@@ -357,6 +362,7 @@ int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, con
     chk("linear_f32 y", y, (size_t)(rows * out) * F4);
     if (kernel("linear_f32", st)) return -1;
     tide_weight wt = {w_bf16 ? TIDE_W_BF16 : TIDE_W_F32, out, in, w, NULL};
-    tide_cpu_ops()->linear(NULL, &wt, x, rows, y, (flags & TIDE_CUDA_LIN_BF16_OUT) ? TIDE_LIN_BF16_OUT : 0);
+    tide_cpu_ops()->linear(tide_cpu_ops(), NULL, &wt, x, rows, y,
+                           (flags & TIDE_CUDA_LIN_BF16_OUT) ? TIDE_LIN_BF16_OUT : 0);
     return 0;
 }

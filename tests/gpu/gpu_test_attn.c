@@ -48,7 +48,7 @@ static void run_case(gu_ctx *c, gu_rng *rng, shape s) {
         rows[r].n_idx = s.n_idx;
     }
     float scale = (float)(1.0 / sqrt((double)s.dim));
-    tide_cpu_ops()->sparse_attn(NULL, q, s.rows, s.heads, s.dim, rows, sink, scale, ref);
+    tide_cpu_ops()->sparse_attn(tide_cpu_ops(), NULL, q, s.rows, s.heads, s.dim, rows, sink, scale, ref);
 
     float *dq = gu_dalloc(nq * sizeof(float)), *dkv = gu_dalloc(nkv * sizeof(float) + 4);
     float *dsink = gu_dalloc((size_t)s.heads * sizeof(float)), *dout = gu_dalloc(nq * sizeof(float));

@@ -41,7 +41,7 @@ static void swiglu_case(gu_ctx *c, gu_rng *rng, int64_t rows, int64_t n, double 
         if (specials) g[i] = special(rng, g[i]), u[i] = special(rng, u[i]);
     }
     for (int64_t r = 0; r < rows; r++) w[r] = (float)(0.05 + gu_uniform(rng));
-    tide_cpu_ops()->swiglu(g, u, rows, n, limit, weighted ? w : NULL, ref);
+    tide_cpu_ops()->swiglu(tide_cpu_ops(), g, u, rows, n, limit, weighted ? w : NULL, ref);
     float *dg = gu_dalloc(N * 4), *du = gu_dalloc(N * 4), *dw = gu_dalloc((size_t)rows * 4);
     float *dh = in_place ? dg : gu_dalloc(N * 4);
     gu_up(dg, g, N * 4);
@@ -68,7 +68,7 @@ static void pool_case(gu_ctx *c, gu_rng *rng, int64_t groups, int r, int64_t dim
         sc[i] = (float)(gu_normal(rng) * 3.0);
     }
     for (int64_t g = 0; g < groups; g++)
-        tide_cpu_ops()->compress_pool(kv + g * r * dim, sc + g * r * dim, r, dim, ref + g * dim);
+        tide_cpu_ops()->compress_pool(tide_cpu_ops(), kv + g * r * dim, sc + g * r * dim, r, dim, ref + g * dim);
     float *dkv = gu_dalloc(N * 4), *dsc = gu_dalloc(N * 4), *dout = gu_dalloc(O * 4);
     gu_up(dkv, kv, N * 4);
     gu_up(dsc, sc, N * 4);
@@ -93,7 +93,7 @@ static void engram_case(gu_ctx *c, gu_rng *rng, int64_t rows, int hc, int64_t di
     gu_up(dkv, kv, nkv * 4);
     gu_up(dw, w, nw * 4);
     gu_up(dx, x, nx * 4);
-    tide_cpu_ops()->engram_mix(kv, w, rows, hc, dim, 1e-6, x);
+    tide_cpu_ops()->engram_mix(tide_cpu_ops(), kv, w, rows, hc, dim, 1e-6, x);
     tide_status st = {0};
     gu_ran(tide_cuda_engram_mix(dkv, dw, rows, hc, dim, 1e-6, dx, NULL, &st), &st, "engram_mix");
     gu_down(got, dx, nx * 4);

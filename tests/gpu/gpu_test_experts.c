@@ -128,10 +128,10 @@ static void run_case(gu_ctx *c, gu_rng *rng, tide_pool *pool, const ecase *cs) {
         if (n == 0) continue;
         tide_weight w1 = {TIDE_W_FP4, I, D, ex[e].w1, ex[e].s1}, w3 = {TIDE_W_FP4, I, D, ex[e].w3, ex[e].s3};
         tide_weight w2 = {TIDE_W_FP4, D, I, ex[e].w2, ex[e].s2};
-        ops->linear(pool, &w1, xe, n, g, TIDE_LIN_BF16_OUT);
-        ops->linear(pool, &w3, xe, n, u, TIDE_LIN_BF16_OUT);
-        ops->swiglu(g, u, n, I, cs->limit, we, g);
-        ops->linear(pool, &w2, g, n, ye, TIDE_LIN_BF16_OUT);
+        ops->linear(ops, pool, &w1, xe, n, g, TIDE_LIN_BF16_OUT);
+        ops->linear(ops, pool, &w3, xe, n, u, TIDE_LIN_BF16_OUT);
+        ops->swiglu(ops, g, u, n, I, cs->limit, we, g);
+        ops->linear(ops, pool, &w2, g, n, ye, TIDE_LIN_BF16_OUT);
         /* bound terms: ||hq|| per routed row, ||w2[d]|| per output */
         for (int64_t i = 0; i < n; i++) {
             tide_sim_fp8_act(g + i * I, (size_t)I, 32);

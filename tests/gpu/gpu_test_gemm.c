@@ -58,7 +58,7 @@ static size_t run_case(gu_ctx *c, gu_rng *rng, tide_pool *pool, shape s, int fmt
     }
     float *ref = gu_xmalloc(ny * sizeof(float));
     tide_weight wt = {fp4 ? TIDE_W_FP4 : TIDE_W_FP8, s.n, s.k, wq, wsc};
-    tide_cpu_ops()->linear(pool, &wt, x, s.m, ref, 0);
+    tide_cpu_ops()->linear(tide_cpu_ops(), pool, &wt, x, s.m, ref, 0);
 
     /* row norms of the operands as the tensor cores see them (dequantised) */
     float *xsim = gu_xmalloc(nx * sizeof(float)), *wdq = wsrc; /* reuse */

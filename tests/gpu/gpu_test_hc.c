@@ -41,8 +41,8 @@ static void run_case(gu_ctx *c, gu_rng *rng, shape s) {
     for (int i = 0; i < 3; i++) scale[i] = (float)(0.5 + gu_uniform(rng));
     for (int i = 0; i < nm; i++) base[i] = (float)(gu_normal(rng) * 0.5);
     const double norm_eps = 1e-6, hc_eps = 1e-6;
-    tide_cpu_ops()->hc_mixes(NULL, x, s.rows, h, s.dim, fn, scale, base, norm_eps, s.iters, hc_eps, rpre, rpost,
-                             rcomb);
+    tide_cpu_ops()->hc_mixes(tide_cpu_ops(), NULL, x, s.rows, h, s.dim, fn, scale, base, norm_eps, s.iters, hc_eps,
+                             rpre, rpost, rcomb);
 
     float *dx = gu_dalloc(nx * 4), *dfn = gu_dalloc(nfn * 4), *dscale = gu_dalloc(3 * 4);
     float *dbase = gu_dalloc((size_t)nm * 4), *dpre = gu_dalloc(npre * 4), *dpost = gu_dalloc(npre * 4);
@@ -77,14 +77,14 @@ static void run_case(gu_ctx *c, gu_rng *rng, shape s) {
     gu_up(dpre, rpre, npre * 4);
     gu_up(dpost, rpost, npre * 4);
     gu_up(dcomb, rcomb, ncomb * 4);
-    tide_cpu_ops()->hc_pre(x, s.rows, h, s.dim, rpre, ry);
+    tide_cpu_ops()->hc_pre(tide_cpu_ops(), x, s.rows, h, s.dim, rpre, ry);
     gu_poison(dy, 0xff, ny * 4);
     gu_ran(tide_cuda_hc_pre(dx, s.rows, h, s.dim, dpre, dy, NULL, &st), &st, "hc_pre");
     gu_down(gy, dy, ny * 4);
     gc_stats p = gc_compare(gy, ry, ny, 0.0);
     snprintf(name, sizeof name, "pre rows %lld hc %d dim %lld", (long long)s.rows, h, (long long)s.dim);
     gu_result(c, name, p.differ == 0, "bit-exact required; %zu of %zu differ", p.differ, p.n);
-    tide_cpu_ops()->hc_post(ry, x, s.rows, h, s.dim, rpost, rcomb, rout);
+    tide_cpu_ops()->hc_post(tide_cpu_ops(), ry, x, s.rows, h, s.dim, rpost, rcomb, rout);
     gu_up(dy, ry, ny * 4);
     gu_poison(dout, 0xff, nx * 4);
     gu_ran(tide_cuda_hc_post(dy, dx, s.rows, h, s.dim, dpost, dcomb, dout, NULL, &st), &st, "hc_post");

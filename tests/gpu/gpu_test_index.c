@@ -28,7 +28,7 @@ static void scores_case(gu_ctx *c, gu_rng *rng, int64_t rows, int heads, int64_t
     tide_sim_fp4_e8m0(k, nk, 32);
     for (int64_t i = 0; i < rows * heads; i++) w[i] = GC_BF16_NORMAL(rng, 0.1);
     for (int64_t r = 0; r < rows; r++)
-        tide_cpu_ops()->index_scores(q + r * heads * d, heads, d, w + r * heads, k, n, ref + r * n);
+        tide_cpu_ops()->index_scores(tide_cpu_ops(), q + r * heads * d, heads, d, w + r * heads, k, n, ref + r * n);
     float *dq = gu_dalloc(nq * 4), *dw = gu_dalloc((size_t)(rows * heads) * 4), *dk = gu_dalloc(nk * 4);
     float *ds = gu_dalloc(ns * 4);
     gu_up(dq, q, nq * 4);
@@ -73,7 +73,8 @@ static void topk_case(gu_ctx *c, gu_rng *rng, int64_t rows, int64_t n, int k, in
         }
         s[i] = v;
     }
-    for (int64_t r = 0; r < rows; r++) tide_cpu_ops()->topk_sorted(s + r * n, n, k, ref + r * k, scratch);
+    for (int64_t r = 0; r < rows; r++) tide_cpu_ops()->topk_sorted(tide_cpu_ops(), s + r * n, n, k, ref + r * k,
+                                                                   scratch);
     float *ds = gu_dalloc(ns * 4);
     int32_t *dout = gu_dalloc((size_t)(rows * k + 1) * 4);
     gu_up(ds, s, ns * 4);

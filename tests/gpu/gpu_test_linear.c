@@ -41,7 +41,8 @@ static void run_case(gu_ctx *c, gu_rng *rng, tide_pool *pool, const lcase *s) {
     }
     for (size_t i = 0; i < nx; i++) x[i] = (float)gu_normal(rng);
     tide_weight tw = {s->bf16w ? TIDE_W_BF16 : TIDE_W_F32, s->out, s->in, w, NULL};
-    tide_cpu_ops()->linear(pool, &tw, x, s->rows, ref, s->flags & TIDE_CUDA_LIN_BF16_OUT ? TIDE_LIN_BF16_OUT : 0);
+    tide_cpu_ops()->linear(tide_cpu_ops(), pool, &tw, x, s->rows, ref,
+                           s->flags & TIDE_CUDA_LIN_BF16_OUT ? TIDE_LIN_BF16_OUT : 0);
 
     void *dw = gu_dalloc(wbytes);
     float *dx = gu_dalloc(nx * 4), *dy = gu_dalloc(ny * 4);

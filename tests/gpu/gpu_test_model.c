@@ -15,6 +15,9 @@
  * max and mean |logit difference|, the share of bit-identical logits, and the
  * ops that ran on the CPU (fallbacks) with their counts.
  *
+ * Op-level checks of the table itself follow (tiny model only): sparse
+ * attention, rope with gaps, top-k edge cases, two contexts at once.
+ *
  * TIDE_GPU_SMALL=1 (compute-sanitizer): tiny only, one mode, one chunked
  * prompt, 2 generated tokens. Exit 0 pass, 1 fail, 2 setup error, 77 no GPU. */
 #include <math.h>
@@ -268,9 +271,9 @@ static void table_attn(gu_ctx *g, tide_cuda_ops_ctx *cx, uint64_t seed) {
         rows[i].n_idx = n;
     }
     float scale = 1.0f / sqrtf((float)DIM);
-    tide_cpu_ops()->sparse_attn(NULL, q, ROWS, HEADS, DIM, rows, sink, scale, oc);
+    tide_cpu_ops()->sparse_attn(tide_cpu_ops(), NULL, q, ROWS, HEADS, DIM, rows, sink, scale, oc);
     memset(og, 0xff, ROWS * HEADS * DIM * sizeof(float));
-    tide_cuda_ops_table(cx)->sparse_attn(NULL, q, ROWS, HEADS, DIM, rows, sink, scale, og);
+    tide_cuda_ops_table(cx)->sparse_attn(tide_cuda_ops_table(cx), NULL, q, ROWS, HEADS, DIM, rows, sink, scale, og);
     tide_status st = {0};
     int err = tide_cuda_ops_error(cx, &st);
     size_t differ = 0;
@@ -299,8 +302,8 @@ static void table_rope(gu_ctx *g, tide_cuda_ops_ctx *cx, uint64_t seed) {
     }
     int pass = 1;
     for (int inv = 0; inv < 2; inv++) {
-        tide_cpu_ops()->rope(a + OFF - 2 * NF, NV, STRIDE, NF, cs, inv);
-        tide_cuda_ops_table(cx)->rope(b + OFF - 2 * NF, NV, STRIDE, NF, cs, inv);
+        tide_cpu_ops()->rope(tide_cpu_ops(), a + OFF - 2 * NF, NV, STRIDE, NF, cs, inv);
+        tide_cuda_ops_table(cx)->rope(tide_cuda_ops_table(cx), b + OFF - 2 * NF, NV, STRIDE, NF, cs, inv);
         pass &= memcmp(a, b, NV * STRIDE * sizeof(float)) == 0;
     }
     tide_status st = {0};
@@ -325,8 +328,8 @@ static void table_topk(gu_ctx *g, tide_cuda_ops_ctx *cx, uint64_t seed) {
     for (int c = 0; c < 5; c++) {
         for (int i = 0; i < ns[c]; i++) s[i] = (float)(gu_next(&r) % 5) - 2.0f; /* heavy ties */
         if (c == 3) s[17] = NAN;
-        int a = tide_cpu_ops()->topk_sorted(s, ns[c], ks[c], oc, NULL);
-        int b = tide_cuda_ops_table(cx)->topk_sorted(s, ns[c], ks[c], og, NULL);
+        int a = tide_cpu_ops()->topk_sorted(tide_cpu_ops(), s, ns[c], ks[c], oc, NULL);
+        int b = tide_cuda_ops_table(cx)->topk_sorted(tide_cuda_ops_table(cx), s, ns[c], ks[c], og, NULL);
         pass &= a == b && memcmp(oc, og, (size_t)a * sizeof(int32_t)) == 0;
     }
     tide_cuda_ops_get_stats(cx, &after);
@@ -336,6 +339,65 @@ static void table_topk(gu_ctx *g, tide_cuda_ops_ctx *cx, uint64_t seed) {
     gu_result(g, "table/topk", pass && fb == 1 && !err, "5 cases (n 1..300, ties, k > n, one NaN): %s; %llu CPU "
               "fallback (want 1: the NaN case)%s", pass ? "identical" : "DIFFER", (unsigned long long)fb,
               err ? st.msg : "");
+}
+
+/* Two contexts at once: each has its own table (self->ctx), weight map,
+ * arena and stats. The same F32 linear + rmsnorm through cx and a second
+ * context must give the same bits; each context counts only its own calls
+ * and caches the weight once; destroying the second leaves cx working (its
+ * copy of the shared host weight stays valid). */
+static void table_two_contexts(gu_ctx *g, tide_cuda_ops_ctx *cx, uint64_t seed) {
+    enum { ROWS = 5, IN = 64, OUT = 48 };
+    gu_rng r = {seed};
+    float *wd = gu_xmalloc(OUT * IN * sizeof(float)), *x = gu_xmalloc(ROWS * IN * sizeof(float)), nw[OUT];
+    float *y1 = gu_xmalloc(ROWS * OUT * sizeof(float)), *y2 = gu_xmalloc(ROWS * OUT * sizeof(float));
+    float *y3 = gu_xmalloc(ROWS * OUT * sizeof(float));
+    for (int i = 0; i < OUT * IN; i++) wd[i] = (float)gu_normal(&r);
+    for (int i = 0; i < ROWS * IN; i++) x[i] = tide_round_bf16((float)gu_normal(&r));
+    for (int i = 0; i < OUT; i++) nw[i] = (float)gu_uniform(&r) + 0.5f;
+    tide_weight w = {TIDE_W_F32, OUT, IN, wd, NULL};
+    tide_status st = {0};
+    tide_cuda_ops_ctx *cx2;
+    if (tide_cuda_ops_create(&cx2, &st) != 0) {
+        gu_result(g, "table/two_contexts", 0, "a second context while one exists: %s", st.msg);
+        goto done;
+    }
+    const tide_ops *t1 = tide_cuda_ops_table(cx), *t2 = tide_cuda_ops_table(cx2);
+    int own = t1 != t2 && t1->ctx == (void *)cx && t2->ctx == (void *)cx2;
+    tide_cuda_ops_stats b1, a1, a2;
+    memset(&a2, 0, sizeof a2);
+    tide_cuda_ops_get_stats(cx, &b1);
+    float *ys[3] = {y1, y2, y3};
+    const tide_ops *ts[3] = {t1, t2, t1};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2) { /* stats of cx2 before it goes */
+            tide_cuda_ops_get_stats(cx2, &a2);
+            own &= tide_cuda_ops_error(cx2, &st) == 0;
+            tide_cuda_ops_destroy(cx2);
+        }
+        memset(ys[k], 0xff, ROWS * OUT * sizeof(float));
+        ts[k]->linear(ts[k], NULL, &w, x, ROWS, ys[k], TIDE_LIN_BF16_OUT);
+        ts[k]->rmsnorm(ts[k], NULL, ys[k], ROWS, OUT, nw, 1e-6, ys[k]);
+    }
+    tide_cuda_ops_get_stats(cx, &a1);
+    int err = tide_cuda_ops_error(cx, &st);
+    int same = !memcmp(y1, y2, ROWS * OUT * sizeof(float)) && !memcmp(y1, y3, ROWS * OUT * sizeof(float));
+    uint64_t c1 = a1.gpu_calls[TIDE_CUDA_OP_LINEAR_F32] - b1.gpu_calls[TIDE_CUDA_OP_LINEAR_F32];
+    uint64_t n1 = a1.gpu_calls[TIDE_CUDA_OP_RMSNORM] - b1.gpu_calls[TIDE_CUDA_OP_RMSNORM];
+    uint64_t c2 = a2.gpu_calls[TIDE_CUDA_OP_LINEAR_F32], n2 = a2.gpu_calls[TIDE_CUDA_OP_RMSNORM];
+    int counted = c1 == 2 && n1 == 2 && c2 == 1 && n2 == 1 && a2.weights_cached == 1;
+    gu_result(g, "table/two_contexts", own && same && counted && !err,
+              "linear f32 + rmsnorm on cx, a second context, cx after the second is destroyed: %s; own tables %s; "
+              "calls counted per context %s (cx %llu+%llu, second %llu+%llu)%s%s",
+              same ? "bit-identical" : "DIFFER", own ? "yes" : "NO", counted ? "yes" : "NO", (unsigned long long)c1,
+              (unsigned long long)n1, (unsigned long long)c2, (unsigned long long)n2, err ? "; CUDA error: " : "",
+              err ? st.msg : "");
+done:
+    free(wd);
+    free(x);
+    free(y1);
+    free(y2);
+    free(y3);
 }
 
 static void random_prompt(gu_rng *r, const tide_model *m, int32_t *p, int n) {
@@ -363,6 +425,69 @@ static void report_fallbacks(gu_ctx *g, const char *shape, tide_cuda_ops_ctx *cx
               (unsigned long long)gpu, (unsigned long long)s.kernel_launches, (double)s.bytes_uploaded / 1e6,
               (double)s.weight_bytes / 1e6, (unsigned long long)s.weights_cached, (double)s.bytes_downloaded / 1e6,
               used ? buf : "none");
+}
+
+/* Batch invariance on the GPU: each of NB requests run alone (prefill in one
+ * chunk, then greedy decode) and all of them together, one ragged batch per
+ * step, through the CUDA table: every logits row must be bit-identical. The
+ * batched run is fed the tokens the solo runs chose, so rows stay comparable. */
+enum { NB = 4, NB_STEPS = 6 };
+static void batch_invariance(gu_ctx *g, const tide_model *m, tide_cuda_ops_ctx *cx, const tide_fwd_opts *o,
+                             const char *name, gu_rng *r) {
+    tide_status st = {0};
+    int64_t V = m->cfg.text.vocab_size, img = m->cfg.image_token_id;
+    int W = (int)m->cfg.text.sliding_window;
+    int len[NB] = {3, W + 1, 2 * W + 5, 1};
+    int32_t *prompt[NB], tok[NB][NB_STEPS];
+    float *solo = gu_xmalloc((size_t)(NB * (NB_STEPS + 1)) * (size_t)V * sizeof(float));
+    float *batch = gu_xmalloc((size_t)NB * (size_t)V * sizeof(float));
+    tide_fwd_ctx *fx;
+    if (tide_fwd_ctx_create(m, tide_cuda_ops_table(cx), n_threads(), o, &fx, &st) != 0) die("gpu context", &st);
+    for (int q = 0; q < NB; q++) {
+        prompt[q] = gu_xmalloc((size_t)len[q] * sizeof(int32_t));
+        random_prompt(r, m, prompt[q], len[q]);
+        tide_seq_cache sc;
+        if (tide_fwd_seq_init(fx, &sc, &st) != 0) die("sequence", &st);
+        for (int t = 0; t <= NB_STEPS; t++) {
+            float *row = solo + ((size_t)q * (NB_STEPS + 1) + (size_t)t) * (size_t)V;
+            tide_step_seq ss = {&sc, t == 0 ? prompt[q] : &tok[q][t - 1], t == 0 ? len[q] : 1, TIDE_LOGITS_LAST};
+            tide_step_out so = {row, NULL};
+            if (tide_forward(fx, &ss, 1, &so, &st) != 0) die("gpu forward (solo)", &st);
+            if (t < NB_STEPS) tok[q][t] = argmax(row, V, img, NULL);
+        }
+        tide_fwd_seq_free(fx, &sc);
+    }
+    tide_seq_cache sc[NB];
+    for (int q = 0; q < NB; q++)
+        if (tide_fwd_seq_init(fx, &sc[q], &st) != 0) die("sequence", &st);
+    int64_t rows = 0, same = 0;
+    for (int t = 0; t <= NB_STEPS; t++) {
+        tide_step_seq ss[NB];
+        for (int q = 0; q < NB; q++) {
+            tide_step_seq one = {&sc[q], t == 0 ? prompt[q] : &tok[q][t - 1], t == 0 ? len[q] : 1, TIDE_LOGITS_LAST};
+            ss[q] = one;
+        }
+        tide_step_out so = {batch, NULL};
+        if (tide_forward(fx, ss, NB, &so, &st) != 0) die("gpu forward (batch)", &st);
+        for (int q = 0; q < NB; q++) {
+            const float *a = solo + ((size_t)q * (NB_STEPS + 1) + (size_t)t) * (size_t)V;
+            rows++;
+            same += memcmp(a, batch + (size_t)q * (size_t)V, (size_t)V * sizeof(float)) == 0;
+        }
+    }
+    int failed = tide_cuda_ops_error(cx, &st) != 0;
+    gu_result(g, name, !failed && same == rows,
+              "%lld of %lld logits rows bit-identical alone and in a batch of %d (prompts %d, %d, %d, %d; %d decode "
+              "steps)%s%s",
+              (long long)same, (long long)rows, NB, len[0], len[1], len[2], len[3], NB_STEPS,
+              failed ? "; CUDA error: " : "", failed ? st.msg : "");
+    for (int q = 0; q < NB; q++) {
+        tide_fwd_seq_free(fx, &sc[q]);
+        free(prompt[q]);
+    }
+    tide_fwd_ctx_free(fx);
+    free(solo);
+    free(batch);
 }
 
 static void run_model(gu_ctx *g, const char *shape, uint64_t seed) {
@@ -451,11 +576,20 @@ static void run_model(gu_ctx *g, const char *shape, uint64_t seed) {
                       a.steps - a.token_mismatch, a.steps, a.max_err, a.n ? a.sum_err / (double)a.n : 0.0,
                       a.n ? 100.0 * (double)a.same / (double)a.n : 0.0, (unsigned long long)a.nonfinite);
     }
+    for (int mi = g->small ? 1 : 0; mi < 2; mi++) { /* small: the canonical mode only */
+        tide_fwd_opts o = tide_fwd_default_opts();
+        o.ref_layout = modes[mi].ref_layout;
+        o.index_key_quirk = modes[mi].quirk;
+        char name[64];
+        snprintf(name, sizeof name, "%s/batch-invariance/%s", shape, modes[mi].name);
+        batch_invariance(g, m, cx, &o, name, &r);
+    }
     report_fallbacks(g, shape, cx);
     if (!strcmp(shape, "tiny")) { /* op-level edge cases, once */
         table_attn(g, cx, seed + 11);
         table_rope(g, cx, seed + 12);
         table_topk(g, cx, seed + 13);
+        table_two_contexts(g, cx, seed + 14);
     }
     free(prompt);
     tide_cuda_ops_destroy(cx);

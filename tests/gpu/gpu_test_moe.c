@@ -27,7 +27,7 @@ static void run_case(gu_ctx *c, gu_rng *rng, int64_t rows, int ne, int k, int fu
     for (size_t i = 0; i < nl; i++) l[i] = (float)(gu_normal(rng) * 2.0 + (gu_uniform(rng) < 0.01 ? 22.0 : 0.0));
     for (int e = 0; e < ne; e++) bias[e] = (float)(gu_normal(rng) * 0.1);
     const float route_scale = 1.5f;
-    tide_cpu_ops()->moe_route(l, rows, ne, k, func, with_bias ? bias : NULL, norm, route_scale, ri, rw);
+    tide_cpu_ops()->moe_route(tide_cpu_ops(), l, rows, ne, k, func, with_bias ? bias : NULL, norm, route_scale, ri, rw);
     float *dl = gu_dalloc(nl * 4), *db = gu_dalloc((size_t)ne * 4), *dw = gu_dalloc(no * 4);
     int32_t *di = gu_dalloc(no * 4);
     gu_up(dl, l, nl * 4);

@@ -25,7 +25,7 @@ static void run_case(gu_ctx *c, gu_rng *rng, shape s) {
     }
     for (int64_t i = 0; i < s.dim; i++) w[i] = tide_round_bf16((float)(1.0 + 0.25 * gu_normal(rng)));
     const double eps = 1e-6;
-    tide_cpu_ops()->rmsnorm(NULL, x, s.rows, s.dim, w, eps, ref);
+    tide_cpu_ops()->rmsnorm(tide_cpu_ops(), NULL, x, s.rows, s.dim, w, eps, ref);
 
     float *dx = gu_dalloc(n * sizeof(float)), *dw = gu_dalloc((size_t)s.dim * sizeof(float));
     float *dy = gu_dalloc(n * sizeof(float));

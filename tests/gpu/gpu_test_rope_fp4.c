@@ -29,7 +29,8 @@ static void rope_case(gu_ctx *c, gu_rng *rng, int64_t rows, int64_t heads, int64
         }
     memcpy(ref, x, nx * 4);
     for (int64_t r = 0; r < rows; r++)
-        tide_cpu_ops()->rope(ref + r * row_stride + head_dim - rd, heads, head_dim, nf, cs + r * rd, inverse);
+        tide_cpu_ops()->rope(tide_cpu_ops(), ref + r * row_stride + head_dim - rd, heads, head_dim, nf, cs + r * rd,
+                             inverse);
     float *dx = gu_dalloc(nx * 4), *dcs = gu_dalloc(ncs * 4);
     gu_up(dx, x, nx * 4);
     gu_up(dcs, cs, ncs * 4);

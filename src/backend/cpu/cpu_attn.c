@@ -60,8 +60,9 @@ static void attn_task(void *arg, int64_t task, int thread) {
     for (int64_t d = 0; d < D; d++) o[d] = tide_round_bf16(num[d] / den);
 }
 
-void tide_cpu_sparse_attn(tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
+void tide_cpu_sparse_attn(const tide_ops *self, tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
                           const tide_attn_row *idx, const float *sink, float scale, float *out) {
+    (void)self; /* the CPU ops have no state */
     attn_job j = {q, heads, dim, idx, sink, scale, out, NULL, NULL};
     j.acc = malloc((size_t)tide_pool_size(pool) * (size_t)dim * 2 * sizeof(float));
     j.pvacc = malloc((size_t)tide_pool_size(pool) * (size_t)dim * sizeof(double));

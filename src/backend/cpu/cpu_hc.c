@@ -63,9 +63,10 @@ static void mix_task(void *arg, int64_t r, int thread) {
     sinkhorn(comb, h, j->iters, j->hc_eps);
 }
 
-void tide_cpu_hc_mixes(tide_pool *pool, const float *x, int64_t rows, int hc, int64_t dim,
+void tide_cpu_hc_mixes(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int hc, int64_t dim,
                        const float *fn, const float *scale, const float *base, double norm_eps,
                        int iters, double hc_eps, float *pre, float *post, float *comb) {
+    (void)self; /* the CPU ops have no state */
     if (hc < 1 || hc > HC_MAX) return; /* the config check bounds hc_mult */
     mix_job j = {x, hc, dim, fn, scale, base, (float)norm_eps, (float)hc_eps, iters, pre, post, comb, NULL};
     j.scratch = malloc((size_t)tide_pool_size(pool) * (size_t)(hc * dim) * sizeof(float));
@@ -74,7 +75,9 @@ void tide_cpu_hc_mixes(tide_pool *pool, const float *x, int64_t rows, int hc, in
     free(j.scratch);
 }
 
-void tide_cpu_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const float *pre, float *y) {
+void tide_cpu_hc_pre(const tide_ops *self, const float *x, int64_t rows, int hc, int64_t dim, const float *pre,
+                     float *y) {
+    (void)self; /* the CPU ops have no state */
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * hc * dim, *p = pre + r * hc;
         for (int64_t i = 0; i < dim; i++) {
@@ -85,8 +88,9 @@ void tide_cpu_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const fl
     }
 }
 
-void tide_cpu_hc_post(const float *y, const float *res, int64_t rows, int hc, int64_t dim,
+void tide_cpu_hc_post(const tide_ops *self, const float *y, const float *res, int64_t rows, int hc, int64_t dim,
                       const float *post, const float *comb, float *out) {
+    (void)self; /* the CPU ops have no state */
     for (int64_t r = 0; r < rows; r++) {
         const float *yr = y + r * dim, *rr = res + r * hc * dim;
         const float *p = post + r * hc, *cm = comb + r * hc * hc;

@@ -5,8 +5,9 @@
 
 #include "backend/cpu/cpu_internal.h"
 
-void tide_cpu_index_scores(const float *q, int heads, int64_t d, const float *w, const float *keys,
-                           int64_t n, float *score) {
+void tide_cpu_index_scores(const tide_ops *self, const float *q, int heads, int64_t d, const float *w,
+                           const float *keys, int64_t n, float *score) {
+    (void)self; /* the CPU ops have no state */
     for (int64_t t = 0; t < n; t++) {
         const float *k = keys + t * d;
         float s = 0;
@@ -44,7 +45,8 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int tide_cpu_topk_sorted(const float *score, int64_t n, int k, int32_t *out, int32_t *scratch) {
+int tide_cpu_topk_sorted(const tide_ops *self, const float *score, int64_t n, int k, int32_t *out, int32_t *scratch) {
+    (void)self; /* the CPU ops have no state */
     (void)scratch;
     if (k > n) k = (int)n;
     if (k <= 0) return 0;

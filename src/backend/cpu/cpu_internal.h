@@ -85,29 +85,30 @@ static inline float tide_cpu_expf(float x) {
 
 static inline float tide_cpu_sigmoid(float x) { return 1.0f / (1.0f + tide_cpu_expf(-x)); }
 
-void tide_cpu_linear(tide_pool *pool, const tide_weight *w, const float *x, int64_t rows, float *y,
-                     int flags);
-void tide_cpu_rmsnorm(tide_pool *pool, const float *x, int64_t rows, int64_t dim, const float *w,
+void tide_cpu_linear(const tide_ops *self, tide_pool *pool, const tide_weight *w, const float *x, int64_t rows,
+                     float *y, int flags);
+void tide_cpu_rmsnorm(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int64_t dim, const float *w,
                       double eps, float *y);
-void tide_cpu_rope(float *x, int64_t n_vec, int64_t stride, int64_t n_freq, const float *cs,
+void tide_cpu_rope(const tide_ops *self, float *x, int64_t n_vec, int64_t stride, int64_t n_freq, const float *cs,
                    int inverse);
-void tide_cpu_hc_mixes(tide_pool *pool, const float *x, int64_t rows, int hc, int64_t dim,
+void tide_cpu_hc_mixes(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int hc, int64_t dim,
                        const float *fn, const float *scale, const float *base, double norm_eps,
                        int iters, double hc_eps, float *pre, float *post, float *comb);
-void tide_cpu_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const float *pre, float *y);
-void tide_cpu_hc_post(const float *y, const float *res, int64_t rows, int hc, int64_t dim,
+void tide_cpu_hc_pre(const tide_ops *self, const float *x, int64_t rows, int hc, int64_t dim, const float *pre,
+                     float *y);
+void tide_cpu_hc_post(const tide_ops *self, const float *y, const float *res, int64_t rows, int hc, int64_t dim,
                       const float *post, const float *comb, float *out);
-void tide_cpu_sparse_attn(tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
+void tide_cpu_sparse_attn(const tide_ops *self, tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
                           const tide_attn_row *idx, const float *sink, float scale, float *out);
-void tide_cpu_index_scores(const float *q, int heads, int64_t d, const float *w, const float *keys,
-                           int64_t n, float *score);
-int tide_cpu_topk_sorted(const float *score, int64_t n, int k, int32_t *out, int32_t *scratch);
-void tide_cpu_swiglu(const float *g, const float *u, int64_t rows, int64_t n, double limit,
+void tide_cpu_index_scores(const tide_ops *self, const float *q, int heads, int64_t d, const float *w,
+                           const float *keys, int64_t n, float *score);
+int tide_cpu_topk_sorted(const tide_ops *self, const float *score, int64_t n, int k, int32_t *out, int32_t *scratch);
+void tide_cpu_swiglu(const tide_ops *self, const float *g, const float *u, int64_t rows, int64_t n, double limit,
                      const float *weight, float *h);
-void tide_cpu_engram_mix(const float *kv, const float *w, int64_t rows, int hc, int64_t dim, double eps,
-                         float *x);
-void tide_cpu_moe_route(const float *logits, int64_t rows, int n_experts, int k, int func,
+void tide_cpu_engram_mix(const tide_ops *self, const float *kv, const float *w, int64_t rows, int hc, int64_t dim,
+                         double eps, float *x);
+void tide_cpu_moe_route(const tide_ops *self, const float *logits, int64_t rows, int n_experts, int k, int func,
                         const float *bias, int norm, float route_scale, int32_t *idx, float *w);
-void tide_cpu_compress_pool(const float *kv, const float *score, int r, int64_t dim, float *out);
+void tide_cpu_compress_pool(const tide_ops *self, const float *kv, const float *score, int r, int64_t dim, float *out);
 
 #endif

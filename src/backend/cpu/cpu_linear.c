@@ -104,8 +104,9 @@ static void lin_task(void *arg, int64_t task, int thread) {
     }
 }
 
-void tide_cpu_linear(tide_pool *pool, const tide_weight *w, const float *x, int64_t rows, float *y,
-                     int flags) {
+void tide_cpu_linear(const tide_ops *self, tide_pool *pool, const tide_weight *w, const float *x, int64_t rows,
+                     float *y, int flags) {
+    (void)self; /* the CPU ops have no state */
     if (rows <= 0 || w->out <= 0) return;
     lin_job j;
     memset(&j, 0, sizeof j);

@@ -22,8 +22,9 @@ static void norm_task(void *arg, int64_t r, int thread) {
     for (int64_t i = 0; i < j->dim; i++) y[i] = tide_round_bf16(j->w[i] * (x[i] * rs));
 }
 
-void tide_cpu_rmsnorm(tide_pool *pool, const float *x, int64_t rows, int64_t dim, const float *w,
+void tide_cpu_rmsnorm(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int64_t dim, const float *w,
                       double eps, float *y) {
+    (void)self; /* the CPU ops have no state */
     if (rows <= 0) return;
     if (rows * dim < 65536) pool = NULL; /* not worth waking the workers */
     norm_job j = {x, dim, w, (float)eps, y, NULL};
@@ -33,8 +34,9 @@ void tide_cpu_rmsnorm(tide_pool *pool, const float *x, int64_t rows, int64_t dim
     free(j.scratch);
 }
 
-void tide_cpu_rope(float *x, int64_t n_vec, int64_t stride, int64_t n_freq, const float *cs,
+void tide_cpu_rope(const tide_ops *self, float *x, int64_t n_vec, int64_t stride, int64_t n_freq, const float *cs,
                    int inverse) {
+    (void)self; /* the CPU ops have no state */
     for (int64_t v = 0; v < n_vec; v++) {
         float *p = x + v * stride;
         for (int64_t f = 0; f < n_freq; f++) {

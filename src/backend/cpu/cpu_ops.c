@@ -3,8 +3,9 @@
 
 #include "backend/cpu/cpu_internal.h"
 
-void tide_cpu_swiglu(const float *g, const float *u, int64_t rows, int64_t n, double limit,
+void tide_cpu_swiglu(const tide_ops *self, const float *g, const float *u, int64_t rows, int64_t n, double limit,
                      const float *weight, float *h) {
+    (void)self; /* the CPU ops have no state */
     float lim = (float)limit;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t i = 0; i < n; i++) {
@@ -21,8 +22,9 @@ void tide_cpu_swiglu(const float *g, const float *u, int64_t rows, int64_t n, do
 
 /* Reductions in f32 in numpy's pairwise order, as the oracle (the engram
  * module's own tide_engram_mix sums in double; see docs/model.md). */
-void tide_cpu_engram_mix(const float *kv, const float *w, int64_t rows, int hc, int64_t dim, double eps,
-                         float *x) {
+void tide_cpu_engram_mix(const tide_ops *self, const float *kv, const float *w, int64_t rows, int hc, int64_t dim,
+                         double eps, float *x) {
+    (void)self; /* the CPU ops have no state */
     float *t = malloc((size_t)dim * sizeof(float));
     if (!t) abort();
     float e = (float)eps, scale = (float)pow((double)dim, -0.5);
@@ -44,8 +46,9 @@ void tide_cpu_engram_mix(const float *kv, const float *w, int64_t rows, int hc, 
     free(t);
 }
 
-void tide_cpu_moe_route(const float *logits, int64_t rows, int n_experts, int k, int func,
+void tide_cpu_moe_route(const tide_ops *self, const float *logits, int64_t rows, int n_experts, int k, int func,
                         const float *bias, int norm, float route_scale, int32_t *idx, float *w) {
+    (void)self; /* the CPU ops have no state */
     float *sc = malloc((size_t)n_experts * 2 * sizeof(float));
     if (!sc) abort();
     float *sel = sc + n_experts;
@@ -89,7 +92,8 @@ void tide_cpu_moe_route(const float *logits, int64_t rows, int n_experts, int k,
     free(sc);
 }
 
-void tide_cpu_compress_pool(const float *kv, const float *score, int r, int64_t dim, float *out) {
+void tide_cpu_compress_pool(const tide_ops *self, const float *kv, const float *score, int r, int64_t dim, float *out) {
+    (void)self; /* the CPU ops have no state */
     for (int64_t d = 0; d < dim; d++) {
         float m = score[d];
         for (int i = 1; i < r; i++) m = score[i * dim + d] > m ? score[i * dim + d] : m;

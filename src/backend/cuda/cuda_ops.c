@@ -3,8 +3,8 @@
  * where no kernel covers the case (counted as a CPU fallback).
  *
  * Every op follows the same shape:
- *   cx = enter()                 the table's mutex; the bound context
- *   no context                   -> the CPU op (a table used after destroy)
+ *   cx = enter(self)             self->ctx, its mutex taken
+ *   no context                   -> the CPU op (a table with ctx NULL)
  *   context failed earlier       -> defined outputs, nothing launched
  *   no kernel for this case      -> the CPU op, counted
  *   otherwise                    -> the GPU run; on failure the error is
@@ -13,13 +13,11 @@
  * the default stream), so an error raised while a kernel ran is reported
  * by the op that launched it.
  *
- * Why one process-wide context (TEMPORARY): ops.h's function pointers carry
- * no context argument and C has no closures, so a table cannot find "its"
- * context without a global. Until ops.h passes one (docs/gpu.md proposes the
- * change), g_ctx below is that global, set by create and cleared by destroy,
- * and g_mu serialises the ops (the indexer calls index_scores and
- * topk_sorted from several pool threads at once). These two statics are
- * the only mutable state at file scope in tide's backend. */
+ * Each context holds its own table (cx->table, whose ctx points back at
+ * cx) and its own mutex, so contexts are independent and there is no state
+ * at file scope. The mutex serialises the ops of one context: the indexer
+ * calls index_scores and topk_sorted from several pool threads at once,
+ * and they share the context's arena and staging buffers. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -29,14 +27,16 @@
 #include "backend/cuda/cuda_ops_internal.h"
 #include "num/num.h"
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static tide_cuda_ops_ctx *g_ctx;
-
-static tide_cuda_ops_ctx *enter(void) {
-    pthread_mutex_lock(&g_mu);
-    return g_ctx;
+/* The context of the table the op was called through, locked (NULL, not
+ * locked, for a table without one). */
+static tide_cuda_ops_ctx *enter(const tide_ops *self) {
+    tide_cuda_ops_ctx *cx = self->ctx;
+    if (cx) pthread_mutex_lock(&cx->mu);
+    return cx;
 }
-static void leave(void) { pthread_mutex_unlock(&g_mu); }
+static void leave(tide_cuda_ops_ctx *cx) {
+    if (cx) pthread_mutex_unlock(&cx->mu);
+}
 
 static void zero_f(float *p, int64_t n) {
     if (p && n > 0) memset(p, 0, (size_t)n * sizeof(float));
@@ -115,16 +115,17 @@ static int linear_gpu(tide_cuda_ops_ctx *cx, const tide_weight *w, const float *
     return 0;
 }
 
-static void cu_linear(tide_pool *pool, const tide_weight *w, const float *x, int64_t rows, float *y, int flags) {
+static void cu_linear(const tide_ops *self, tide_pool *pool, const tide_weight *w, const float *x, int64_t rows,
+                      float *y, int flags) {
     if (rows <= 0 || w->out <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     int op = linear_op(w->type);
     if (cx && cx->failed) {
         zero_f(y, rows * w->out);
     } else if (!cx || !linear_supported(w)) {
         if (cx) cx->stats.cpu_fallbacks[op]++;
-        leave();
-        tide_cpu_ops()->linear(pool, w, x, rows, y, flags);
+        leave(cx);
+        tide_cpu_ops()->linear(tide_cpu_ops(), pool, w, x, rows, y, flags);
         return;
     } else {
         tide_status st = {0};
@@ -136,7 +137,7 @@ static void cu_linear(tide_pool *pool, const tide_weight *w, const float *x, int
             zero_f(y, rows * w->out);
         }
     }
-    leave();
+    leave(cx);
 }
 
 /* ---- rmsnorm ---- */
@@ -152,16 +153,16 @@ static int rmsnorm_gpu(tide_cuda_ops_ctx *cx, const float *x, int64_t rows, int6
     return cxo_down(cx, y, dx, xb, st);
 }
 
-static void cu_rmsnorm(tide_pool *pool, const float *x, int64_t rows, int64_t dim, const float *w, double eps,
-                       float *y) {
+static void cu_rmsnorm(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int64_t dim, const float *w,
+                       double eps, float *y) {
     if (rows <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     if (cx && cx->failed) {
         zero_f(y, rows * dim);
     } else if (!cx || dim < 1 || dim > TIDE_CUDA_RMSNORM_MAX_DIM) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_RMSNORM]++;
-        leave();
-        tide_cpu_ops()->rmsnorm(pool, x, rows, dim, w, eps, y);
+        leave(cx);
+        tide_cpu_ops()->rmsnorm(tide_cpu_ops(), pool, x, rows, dim, w, eps, y);
         return;
     } else {
         tide_status st = {0};
@@ -171,7 +172,7 @@ static void cu_rmsnorm(tide_pool *pool, const float *x, int64_t rows, int64_t di
             zero_f(y, rows * dim);
         }
     }
-    leave();
+    leave(cx);
 }
 
 /* ---- rope ---- */
@@ -195,9 +196,10 @@ static int rope_gpu(tide_cuda_ops_ctx *cx, float *x, int64_t n_vec, int64_t stri
     return 0;
 }
 
-static void cu_rope(float *x, int64_t n_vec, int64_t stride, int64_t n_freq, const float *cs, int inverse) {
+static void cu_rope(const tide_ops *self, float *x, int64_t n_vec, int64_t stride, int64_t n_freq, const float *cs,
+                    int inverse) {
     if (n_vec <= 0 || n_freq <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     /* overlapping vectors (stride < 2*n_freq) would be rotated in an order
      * the kernel does not keep: CPU */
     int ok = n_vec == 1 || stride >= 2 * n_freq;
@@ -205,8 +207,8 @@ static void cu_rope(float *x, int64_t n_vec, int64_t stride, int64_t n_freq, con
         /* in place: x stays as it was */
     } else if (!cx || !ok) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_ROPE]++;
-        leave();
-        tide_cpu_ops()->rope(x, n_vec, stride, n_freq, cs, inverse);
+        leave(cx);
+        tide_cpu_ops()->rope(tide_cpu_ops(), x, n_vec, stride, n_freq, cs, inverse);
         return;
     } else {
         tide_status st = {0};
@@ -214,7 +216,7 @@ static void cu_rope(float *x, int64_t n_vec, int64_t stride, int64_t n_freq, con
         if (rope_gpu(cx, x, n_vec, n_vec == 1 ? 0 : stride, n_freq, cs, inverse, &st) != 0)
             cxo_fail(cx, "rope", &st);
     }
-    leave();
+    leave(cx);
 }
 
 /* ---- hyper-connections ---- */
@@ -243,11 +245,11 @@ static int hc_mixes_gpu(tide_cuda_ops_ctx *cx, const float *x, int64_t rows, int
     return cxo_down(cx, comb, dcomb, cb, st);
 }
 
-static void cu_hc_mixes(tide_pool *pool, const float *x, int64_t rows, int hc, int64_t dim, const float *fn,
-                        const float *scale, const float *base, double norm_eps, int iters, double hc_eps, float *pre,
-                        float *post, float *comb) {
+static void cu_hc_mixes(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int hc, int64_t dim,
+                        const float *fn, const float *scale, const float *base, double norm_eps, int iters,
+                        double hc_eps, float *pre, float *post, float *comb) {
     if (rows <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     int ok = hc_ok(hc, dim) && (int64_t)hc * dim <= TIDE_CUDA_HC_MAX_N && iters >= 0;
     if (cx && cx->failed) {
         zero_f(pre, rows * hc);
@@ -255,8 +257,9 @@ static void cu_hc_mixes(tide_pool *pool, const float *x, int64_t rows, int hc, i
         zero_f(comb, rows * hc * hc);
     } else if (!cx || !ok) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_HC_MIXES]++;
-        leave();
-        tide_cpu_ops()->hc_mixes(pool, x, rows, hc, dim, fn, scale, base, norm_eps, iters, hc_eps, pre, post, comb);
+        leave(cx);
+        tide_cpu_ops()->hc_mixes(tide_cpu_ops(), pool, x, rows, hc, dim, fn, scale, base, norm_eps, iters, hc_eps, pre,
+                                 post, comb);
         return;
     } else {
         tide_status st = {0};
@@ -268,7 +271,7 @@ static void cu_hc_mixes(tide_pool *pool, const float *x, int64_t rows, int hc, i
             zero_f(comb, rows * hc * hc);
         }
     }
-    leave();
+    leave(cx);
 }
 
 static int hc_pre_gpu(tide_cuda_ops_ctx *cx, const float *x, int64_t rows, int hc, int64_t dim, const float *pre,
@@ -282,15 +285,16 @@ static int hc_pre_gpu(tide_cuda_ops_ctx *cx, const float *x, int64_t rows, int h
     return cxo_down(cx, y, dy, yb, st);
 }
 
-static void cu_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const float *pre, float *y) {
+static void cu_hc_pre(const tide_ops *self, const float *x, int64_t rows, int hc, int64_t dim, const float *pre,
+                      float *y) {
     if (rows <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     if (cx && cx->failed) {
         zero_f(y, rows * dim);
     } else if (!cx || !hc_ok(hc, dim)) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_HC_PRE]++;
-        leave();
-        tide_cpu_ops()->hc_pre(x, rows, hc, dim, pre, y);
+        leave(cx);
+        tide_cpu_ops()->hc_pre(tide_cpu_ops(), x, rows, hc, dim, pre, y);
         return;
     } else {
         tide_status st = {0};
@@ -300,7 +304,7 @@ static void cu_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const f
             zero_f(y, rows * dim);
         }
     }
-    leave();
+    leave(cx);
 }
 
 static int hc_post_gpu(tide_cuda_ops_ctx *cx, const float *y, const float *res, int64_t rows, int hc, int64_t dim,
@@ -320,16 +324,16 @@ static int hc_post_gpu(tide_cuda_ops_ctx *cx, const float *y, const float *res, 
     return cxo_down(cx, out, dout, rb, st);
 }
 
-static void cu_hc_post(const float *y, const float *res, int64_t rows, int hc, int64_t dim, const float *post,
-                       const float *comb, float *out) {
+static void cu_hc_post(const tide_ops *self, const float *y, const float *res, int64_t rows, int hc, int64_t dim,
+                       const float *post, const float *comb, float *out) {
     if (rows <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     if (cx && cx->failed) {
         zero_f(out, rows * hc * dim);
     } else if (!cx || !hc_ok(hc, dim)) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_HC_POST]++;
-        leave();
-        tide_cpu_ops()->hc_post(y, res, rows, hc, dim, post, comb, out);
+        leave(cx);
+        tide_cpu_ops()->hc_post(tide_cpu_ops(), y, res, rows, hc, dim, post, comb, out);
         return;
     } else {
         tide_status st = {0};
@@ -339,21 +343,21 @@ static void cu_hc_post(const float *y, const float *res, int64_t rows, int hc, i
             zero_f(out, rows * hc * dim);
         }
     }
-    leave();
+    leave(cx);
 }
 
 /* ---- sparse attention (the gather: cuda_ops_attn.c) ---- */
 
-static void cu_sparse_attn(tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
+static void cu_sparse_attn(const tide_ops *self, tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
                            const tide_attn_row *idx, const float *sink, float scale, float *out) {
     if (rows <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     if (cx && cx->failed) {
         zero_f(out, rows * heads * dim);
     } else if (!cx || !cxo_attn_supported(rows, heads, dim, idx)) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_SPARSE_ATTN]++;
-        leave();
-        tide_cpu_ops()->sparse_attn(pool, q, rows, heads, dim, idx, sink, scale, out);
+        leave(cx);
+        tide_cpu_ops()->sparse_attn(tide_cpu_ops(), pool, q, rows, heads, dim, idx, sink, scale, out);
         return;
     } else {
         tide_status st = {0};
@@ -363,7 +367,7 @@ static void cu_sparse_attn(tide_pool *pool, const float *q, int64_t rows, int he
             zero_f(out, rows * heads * dim);
         }
     }
-    leave();
+    leave(cx);
 }
 
 /* ---- indexer ---- */
@@ -382,17 +386,17 @@ static int index_scores_gpu(tide_cuda_ops_ctx *cx, const float *q, int heads, in
     return cxo_down(cx, score, ds, sb, st);
 }
 
-static void cu_index_scores(const float *q, int heads, int64_t d, const float *w, const float *keys, int64_t n,
-                            float *score) {
+static void cu_index_scores(const tide_ops *self, const float *q, int heads, int64_t d, const float *w,
+                            const float *keys, int64_t n, float *score) {
     if (n <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     int ok = heads >= 1 && heads <= 4096 && d >= 1 && n <= INT32_MAX;
     if (cx && cx->failed) {
         zero_f(score, n);
     } else if (!cx || !ok) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_INDEX_SCORES]++;
-        leave();
-        tide_cpu_ops()->index_scores(q, heads, d, w, keys, n, score);
+        leave(cx);
+        tide_cpu_ops()->index_scores(tide_cpu_ops(), q, heads, d, w, keys, n, score);
         return;
     } else {
         tide_status st = {0};
@@ -402,7 +406,7 @@ static void cu_index_scores(const float *q, int heads, int64_t d, const float *w
             zero_f(score, n);
         }
     }
-    leave();
+    leave(cx);
 }
 
 static int topk_gpu(tide_cuda_ops_ctx *cx, const float *score, int64_t n, int k, int32_t *out, tide_status *st) {
@@ -422,10 +426,10 @@ static int has_nan(const float *x, int64_t n) {
     return 0;
 }
 
-static int cu_topk_sorted(const float *score, int64_t n, int k, int32_t *out, int32_t *scratch) {
+static int cu_topk_sorted(const tide_ops *self, const float *score, int64_t n, int k, int32_t *out, int32_t *scratch) {
     if (k > n) k = (int)n;
     if (k <= 0) return 0;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     int got = k;
     /* the kernel's order keys assume no NaN; the CPU's comparison rule
      * decides NaN cases */
@@ -433,8 +437,8 @@ static int cu_topk_sorted(const float *score, int64_t n, int k, int32_t *out, in
         got = 0;
     } else if (!cx || n > INT32_MAX || has_nan(score, n)) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_TOPK]++;
-        leave();
-        return tide_cpu_ops()->topk_sorted(score, n, k, out, scratch);
+        leave(cx);
+        return tide_cpu_ops()->topk_sorted(tide_cpu_ops(), score, n, k, out, scratch);
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_TOPK]++;
@@ -443,7 +447,7 @@ static int cu_topk_sorted(const float *score, int64_t n, int k, int32_t *out, in
             got = 0;
         }
     }
-    leave();
+    leave(cx);
     return got;
 }
 
@@ -473,17 +477,17 @@ static void moe_defined(int64_t rows, int n_experts, int k, int32_t *idx, float 
         }
 }
 
-static void cu_moe_route(const float *logits, int64_t rows, int n_experts, int k, int func, const float *bias,
-                         int norm, float route_scale, int32_t *idx, float *w) {
+static void cu_moe_route(const tide_ops *self, const float *logits, int64_t rows, int n_experts, int k, int func,
+                         const float *bias, int norm, float route_scale, int32_t *idx, float *w) {
     if (rows <= 0 || k <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     int ok = k <= 64 && k <= n_experts && n_experts <= TIDE_CUDA_MOE_MAX_EXPERTS && func >= 0 && func <= 2;
     if (cx && cx->failed) {
         moe_defined(rows, n_experts, k, idx, w);
     } else if (!cx || !ok) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_MOE_ROUTE]++;
-        leave();
-        tide_cpu_ops()->moe_route(logits, rows, n_experts, k, func, bias, norm, route_scale, idx, w);
+        leave(cx);
+        tide_cpu_ops()->moe_route(tide_cpu_ops(), logits, rows, n_experts, k, func, bias, norm, route_scale, idx, w);
         return;
     } else {
         tide_status st = {0};
@@ -493,7 +497,7 @@ static void cu_moe_route(const float *logits, int64_t rows, int n_experts, int k
             moe_defined(rows, n_experts, k, idx, w);
         }
     }
-    leave();
+    leave(cx);
 }
 
 /* ---- elementwise: swiglu, engram_mix, compress_pool ---- */
@@ -512,15 +516,15 @@ static int swiglu_gpu(tide_cuda_ops_ctx *cx, const float *g, const float *u, int
     return cxo_down(cx, h, dg, xb, st);
 }
 
-static void cu_swiglu(const float *g, const float *u, int64_t rows, int64_t n, double limit, const float *weight,
-                      float *h) {
+static void cu_swiglu(const tide_ops *self, const float *g, const float *u, int64_t rows, int64_t n, double limit,
+                      const float *weight, float *h) {
     if (rows <= 0 || n <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     if (cx && cx->failed) {
         zero_f(h, rows * n);
     } else if (!cx) {
-        leave();
-        tide_cpu_ops()->swiglu(g, u, rows, n, limit, weight, h);
+        leave(cx);
+        tide_cpu_ops()->swiglu(tide_cpu_ops(), g, u, rows, n, limit, weight, h);
         return;
     } else {
         tide_status st = {0};
@@ -530,7 +534,7 @@ static void cu_swiglu(const float *g, const float *u, int64_t rows, int64_t n, d
             zero_f(h, rows * n);
         }
     }
-    leave();
+    leave(cx);
 }
 
 static int engram_gpu(tide_cuda_ops_ctx *cx, const float *kv, const float *w, int64_t rows, int hc, int64_t dim,
@@ -545,23 +549,24 @@ static int engram_gpu(tide_cuda_ops_ctx *cx, const float *kv, const float *w, in
     return cxo_down(cx, x, dx, xb, st);
 }
 
-static void cu_engram_mix(const float *kv, const float *w, int64_t rows, int hc, int64_t dim, double eps, float *x) {
+static void cu_engram_mix(const tide_ops *self, const float *kv, const float *w, int64_t rows, int hc, int64_t dim,
+                          double eps, float *x) {
     if (rows <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     int ok = hc >= 1 && dim >= 1 && dim <= TIDE_CUDA_ENGRAM_MAX_DIM && rows * hc <= INT32_MAX;
     if (cx && cx->failed) {
         /* in place: x stays as it was */
     } else if (!cx || !ok) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_ENGRAM_MIX]++;
-        leave();
-        tide_cpu_ops()->engram_mix(kv, w, rows, hc, dim, eps, x);
+        leave(cx);
+        tide_cpu_ops()->engram_mix(tide_cpu_ops(), kv, w, rows, hc, dim, eps, x);
         return;
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_ENGRAM_MIX]++;
         if (engram_gpu(cx, kv, w, rows, hc, dim, eps, x, &st) != 0) cxo_fail(cx, "engram_mix", &st);
     }
-    leave();
+    leave(cx);
 }
 
 static int pool_gpu(tide_cuda_ops_ctx *cx, const float *kv, const float *score, int r, int64_t dim, float *out,
@@ -575,16 +580,17 @@ static int pool_gpu(tide_cuda_ops_ctx *cx, const float *kv, const float *score, 
     return cxo_down(cx, out, dout, ob, st);
 }
 
-static void cu_compress_pool(const float *kv, const float *score, int r, int64_t dim, float *out) {
+static void cu_compress_pool(const tide_ops *self, const float *kv, const float *score, int r, int64_t dim,
+                             float *out) {
     if (dim <= 0) return;
-    tide_cuda_ops_ctx *cx = enter();
+    tide_cuda_ops_ctx *cx = enter(self);
     int ok = r >= 1 && r <= 64; /* the kernel's range; the CPU decides the rest */
     if (cx && cx->failed) {
         zero_f(out, dim);
     } else if (!cx || !ok) {
         if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_COMPRESS_POOL]++;
-        leave();
-        tide_cpu_ops()->compress_pool(kv, score, r, dim, out);
+        leave(cx);
+        tide_cpu_ops()->compress_pool(tide_cpu_ops(), kv, score, r, dim, out);
         return;
     } else {
         tide_status st = {0};
@@ -594,11 +600,13 @@ static void cu_compress_pool(const float *kv, const float *score, int r, int64_t
             zero_f(out, dim);
         }
     }
-    leave();
+    leave(cx);
 }
 
+/* The template of every context's table (ctx filled in by create). */
 static const tide_ops cuda_table = {
     .name = "cuda",
+    .ctx = NULL,
     .linear = cu_linear,
     .rmsnorm = cu_rmsnorm,
     .rope = cu_rope,
@@ -623,37 +631,31 @@ int tide_cuda_ops_create(tide_cuda_ops_ctx **out, tide_status *st) {
     if (n == 0) return tide_fail(st, TIDE_ERR_UNSUPPORTED, "cuda ops: no CUDA device");
     tide_cuda_ops_ctx *cx = calloc(1, sizeof *cx);
     if (!cx) return tide_fail(st, TIDE_ERR_NOMEM, "cuda ops: out of memory");
-    pthread_mutex_lock(&g_mu);
-    if (g_ctx) {
-        pthread_mutex_unlock(&g_mu);
+    if (pthread_mutex_init(&cx->mu, NULL) != 0) {
         free(cx);
-        return tide_fail(st, TIDE_ERR_INVALID,
-                         "cuda ops: a context already exists (one per process until ops.h passes a context; "
-                         "see docs/gpu.md)");
+        return tide_fail(st, TIDE_ERR_NOMEM, "cuda ops: cannot create the context's mutex");
     }
-    g_ctx = cx;
-    pthread_mutex_unlock(&g_mu);
+    cx->table = cuda_table;
+    cx->table.ctx = cx;
     *out = cx;
     return 0;
 }
 
-const tide_ops *tide_cuda_ops_table(tide_cuda_ops_ctx *cx) { return cx ? &cuda_table : NULL; }
+const tide_ops *tide_cuda_ops_table(tide_cuda_ops_ctx *cx) { return cx ? &cx->table : NULL; }
 
 void tide_cuda_ops_destroy(tide_cuda_ops_ctx *cx) {
     if (!cx) return;
-    pthread_mutex_lock(&g_mu);
-    if (g_ctx == cx) g_ctx = NULL;
-    pthread_mutex_unlock(&g_mu);
     cxo_release_all(cx);
+    pthread_mutex_destroy(&cx->mu);
     free(cx);
 }
 
 int tide_cuda_ops_error(tide_cuda_ops_ctx *cx, tide_status *st) {
     if (!cx) return tide_fail(st, TIDE_ERR_INVALID, "cuda ops: no context");
-    pthread_mutex_lock(&g_mu);
+    pthread_mutex_lock(&cx->mu);
     int failed = cx->failed;
     tide_status err = cx->err;
-    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&cx->mu);
     if (!failed) return 0;
     if (st) *st = err;
     return -1;
@@ -662,16 +664,16 @@ int tide_cuda_ops_error(tide_cuda_ops_ctx *cx, tide_status *st) {
 void tide_cuda_ops_get_stats(tide_cuda_ops_ctx *cx, tide_cuda_ops_stats *out) {
     memset(out, 0, sizeof *out);
     if (!cx) return;
-    pthread_mutex_lock(&g_mu);
+    pthread_mutex_lock(&cx->mu);
     *out = cx->stats;
-    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&cx->mu);
 }
 
 void tide_cuda_ops_drop_weights(tide_cuda_ops_ctx *cx) {
     if (!cx) return;
-    pthread_mutex_lock(&g_mu);
+    pthread_mutex_lock(&cx->mu);
     cxo_weights_free(cx);
-    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&cx->mu);
 }
 
 const char *tide_cuda_op_name(int op) {

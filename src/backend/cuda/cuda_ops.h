@@ -26,10 +26,12 @@
  * cannot read uninitialised memory or index out of range. Check
  * tide_cuda_ops_error after each step.
  *
- * TEMPORARY: ops.h's functions take no context argument, so the table binds
- * to ONE process-wide context, guarded by a mutex (only one context may exist
- * at a time; ops called from several threads, as the indexer does, are
- * serialised). docs/gpu.md proposes the ops.h change that removes this. */
+ * Contexts are independent: each owns its table (ops.h passes the table to
+ * every op as self, and self->ctx is the context), its device buffers,
+ * weight map, stats and error, so several may exist at once (on one device
+ * for now: the kernels run on the current device's default stream). The
+ * ops of one context may be called from several threads (the indexer
+ * does); a mutex in the context serialises them. */
 #ifndef TIDE_BACKEND_CUDA_CUDA_OPS_H
 #define TIDE_BACKEND_CUDA_CUDA_OPS_H
 
@@ -73,13 +75,14 @@ typedef struct tide_cuda_ops_stats {
     uint64_t arena_bytes;      /* current size of the scratch arena */
 } tide_cuda_ops_stats;
 
-/* Creates THE context (fails with TIDE_ERR_UNSUPPORTED when there is no CUDA
- * device, TIDE_ERR_INVALID when one already exists). */
+/* Creates a context (fails with TIDE_ERR_UNSUPPORTED when there is no CUDA
+ * device). Other contexts may exist; they do not interfere. */
 int tide_cuda_ops_create(tide_cuda_ops_ctx **out, tide_status *st);
-/* The ops table bound to the context (valid until destroy). */
+/* The context's own ops table (self->ctx == cx); it lives inside the
+ * context, so it is valid until destroy and must not be used after. NULL
+ * for a NULL context. */
 const tide_ops *tide_cuda_ops_table(tide_cuda_ops_ctx *cx);
-/* Frees every device buffer and the context; NULL is fine. A table used
- * after this runs the CPU ops. */
+/* Frees every device buffer, the table and the context; NULL is fine. */
 void tide_cuda_ops_destroy(tide_cuda_ops_ctx *cx);
 /* 0 while no CUDA error has happened; else -1 with the first error in *st. */
 int tide_cuda_ops_error(tide_cuda_ops_ctx *cx, tide_status *st);

@@ -8,10 +8,11 @@
  * Host staging buffers (for downloads that need conversion, and the sparse
  * attention gather) grow the same way. Weights live in a map from host
  * pointer + size to a device copy made on first use. Everything is freed by
- * tide_cuda_ops_destroy. All of it is used under the table's mutex. */
+ * tide_cuda_ops_destroy. All of it is used under the context's mutex. */
 #ifndef TIDE_BACKEND_CUDA_CUDA_OPS_INTERNAL_H
 #define TIDE_BACKEND_CUDA_CUDA_OPS_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,8 @@ struct tide_cuda_ops_ctx {
     int failed;        /* sticky: the first CUDA error */
     tide_status err;
     tide_cuda_ops_stats stats;
+    tide_ops table;     /* this context's table: cuda_ops.c's, ctx = this */
+    pthread_mutex_t mu; /* serialises the ops and the calls of cuda_ops.h */
 };
 
 /* a * b * el bytes, or CXO_TOO_BIG when negative or too large */
