@@ -21,9 +21,10 @@
  *
  * Threads. The caller's thread does everything except the forward pass's
  * and the sampler's parallel loops (the worker pool) and, with the overlap
- * on, the forward pass itself, which runs on an engine thread from launch
- * to the join inside the same tide_engine_step call (run_forward says what
- * it touches; the scheduler's planning touches none of it). */
+ * on, the forward pass itself, which runs on the engine's forward thread
+ * (started once with the engine, handed each pass at launch and waited for
+ * inside the same tide_engine_step call; run_forward says what it touches;
+ * the scheduler's planning touches none of it). */
 #include "tide.h"
 
 #include <pthread.h>
@@ -68,13 +69,19 @@ struct tide_engine {
     double hidden_s, last_hidden_s; /* planning done while a pass was in flight */
     int64_t forwards, gaps;
     int64_t last_seqs, last_tokens;  /* of the last launched step */
-    /* the pass in flight: written by whoever runs it (the engine thread
-     * when overlapping), read by the driving thread after the join */
+    /* the pass in flight: written by whoever runs it (the forward thread
+     * when overlapping), read by the driving thread after the wait; the
+     * mutex orders both. job: 0 idle, 1 handed to the thread, 2 done. */
     pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int thread_on, job, quit;
     int n_seqs, frc;
     tide_status fst;
     double fwd_done;
 };
+
+static void *forward_thread(void *arg);
 
 /* The default of cfg.overlap; a build can flip it (-DTIDE_ENGINE_OVERLAP_DEFAULT=1)
  * to run every engine test with the overlap on. */
@@ -190,6 +197,15 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
                          cfg->prefix_replay};
     if (tide_sched_init(&e->sched, &sc, e->fx, st) != 0) goto fail;
     if (alloc_buffers(e, st) != 0) goto fail;
+    /* the overlap's forward thread; without one the passes run inline */
+    if (cfg->overlap && pthread_mutex_init(&e->mu, NULL) == 0) {
+        if (pthread_cond_init(&e->cv, NULL) != 0) pthread_mutex_destroy(&e->mu);
+        else if (pthread_create(&e->thread, NULL, forward_thread, e) == 0) e->thread_on = 1;
+        else {
+            pthread_cond_destroy(&e->cv);
+            pthread_mutex_destroy(&e->mu);
+        }
+    }
     *out = e;
     return 0;
 fail:
@@ -209,6 +225,15 @@ int tide_engine_create_with_model(const tide_engine_config *cfg, const tide_mode
 
 void tide_engine_destroy(tide_engine *e) {
     if (!e) return;
+    if (e->thread_on) { /* nothing is in flight between calls */
+        pthread_mutex_lock(&e->mu);
+        e->quit = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+        pthread_cond_destroy(&e->cv);
+        pthread_mutex_destroy(&e->mu);
+    }
     for (int64_t i = 0; i < e->n_all; i++) {
         if (e->all[i]->has_cache) tide_fwd_seq_free(e->fx, &e->all[i]->cache);
         tide_req_free(e->all[i]);
@@ -368,21 +393,44 @@ static void step_prepare(tide_engine *e) {
     }
 }
 
-/* The pass in flight. When overlapping it runs on the engine thread and
+/* The pass in flight. When overlapping it runs on the forward thread and
  * touches only e->seqs (read), e->logits, the flight's sequence caches and
- * the KV blocks they hold (written), and frc / fst / fwd_done; the join
+ * the KV blocks they hold (written), and frc / fst / fwd_done; the wait
  * publishes them to the driving thread. */
-static void *run_forward(void *arg) {
-    tide_engine *e = arg;
+static void run_forward(tide_engine *e) {
     tide_step_out out = {e->logits, NULL};
     e->frc = tide_forward(e->fx, e->seqs, e->n_seqs, &out, &e->fst);
     e->fwd_done = tide_now_seconds();
+}
+
+/* The forward thread: one per overlapping engine, for its whole life (no
+ * thread is created per step). */
+static void *forward_thread(void *arg) {
+    tide_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (e->job != 1 && !e->quit) pthread_cond_wait(&e->cv, &e->mu);
+        if (e->quit) break;
+        pthread_mutex_unlock(&e->mu);
+        run_forward(e);
+        pthread_mutex_lock(&e->mu);
+        e->job = 2;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
     return NULL;
+}
+
+static void forward_wait(tide_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    while (e->job != 2) pthread_cond_wait(&e->cv, &e->mu);
+    e->job = 0;
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* Launch: the host side first (the batch's KV blocks are reserved, so the
  * pass leaves the pool's free list alone; the plan becomes the flight and
- * its descriptors are built), then the pass: on the engine thread when
+ * its descriptors are built), then the pass: on the forward thread when
  * overlapping (returns 1: join it), else inline (returns 0). */
 static int step_launch(tide_engine *e) {
     tide_sched *s = &e->sched;
@@ -402,7 +450,13 @@ static int step_launch(tide_engine *e) {
         e->seqs[i] = (tide_step_seq){&q->cache, q->tokens + f->items[i].pos, f->items[i].n_tokens, f->items[i].logits};
     }
     e->n_seqs = f->n_items;
-    if (e->cfg.overlap && pthread_create(&e->thread, NULL, run_forward, e) == 0) return 1;
+    if (e->thread_on) {
+        pthread_mutex_lock(&e->mu);
+        e->job = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        return 1;
+    }
     run_forward(e); /* overlap off, or no thread to be had: the same result, later */
     return 0;
 }
@@ -474,7 +528,7 @@ int tide_engine_step(tide_engine *e, tide_status *st) {
         step_prepare(e);
         double dt = tide_now_seconds() - tp;
         if (threaded) {
-            pthread_join(e->thread, NULL);
+            forward_wait(e);
             hidden = dt;
         } else {
             plan += dt;

@@ -355,13 +355,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     int64_t col = n0 + wcol + j * 8 + t * 2;
-                    uint32_t lo = tide_dev_bf16_enc(acc[i][j][2 * hh]), hi = tide_dev_bf16_enc(acc[i][j][2 * hh + 1]);
-                    if (pairs && col + 1 < n) {
-                        *(uint32_t *)(yr + col) = lo | (hi << 16);
-                    } else {
-                        if (col < n) yr[col] = (uint16_t)lo;
-                        if (col + 1 < n) yr[col + 1] = (uint16_t)hi;
-                    }
+                    tide_store_bf16_pair(yr, col, n, pairs, acc[i][j][2 * hh], acc[i][j][2 * hh + 1]);
                 }
             }
     } else {

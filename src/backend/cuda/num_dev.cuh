@@ -73,4 +73,19 @@ __device__ __forceinline__ uint32_t tide_dev_e4m3_enc(float x) {
     return code | sign;
 }
 
+/* Stores an mma accumulator pair (columns col, col + 1 of one output row yr
+ * of width n) as bf16: one 4-byte store when n is even (pairs) and both
+ * columns exist, else each column that exists. Shared by the GEMM
+ * epilogues that write mma / wgmma fragments as bf16. */
+__device__ __forceinline__ void tide_store_bf16_pair(uint16_t *yr, int64_t col, int64_t n, int pairs, float a,
+                                                     float b) {
+    uint32_t lo = tide_dev_bf16_enc(a), hi = tide_dev_bf16_enc(b);
+    if (pairs && col + 1 < n) {
+        *(uint32_t *)(yr + col) = lo | (hi << 16);
+    } else {
+        if (col < n) yr[col] = (uint16_t)lo;
+        if (col + 1 < n) yr[col + 1] = (uint16_t)hi;
+    }
+}
+
 #endif
