@@ -11,7 +11,8 @@
 # prefix (TIDE_PREFIX, default /tmp/tide-prefix), never into /, and the build
 # finds them through pkg-config files rewritten to point there.
 #
-# Builds the target tide_gpu_tests (libtide, libtide_cuda, tests/gpu/*);
+# Builds the targets tide_gpu_tests (libtide, libtide_cuda, tests/gpu/*) and
+# tide_cli (the tide command, with `tide bench ... --backend cuda`);
 # TIDE_GPU_FULL=1 also builds everything else. If the strict build fails
 # (another compiler version can warn where gcc 12 does not, and the project
 # builds with -Werror), it is retried once with warnings not fatal, and a
@@ -68,7 +69,7 @@ configure() { # extra args
     -DPKG_CONFIG_EXECUTABLE="$pkgconfig" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "$@"
 }
 build() {
-  cmake --build "$B" -j"$jobs" --target tide_gpu_tests || return 1
+  cmake --build "$B" -j"$jobs" --target tide_gpu_tests tide_cli || return 1
   if [ "${TIDE_GPU_FULL:-0}" = 1 ]; then cmake --build "$B" -j"$jobs" || return 1; fi
   return 0
 }

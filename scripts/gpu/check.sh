@@ -12,6 +12,8 @@
 #
 #   device run:  bash scripts/gpu/check.sh      (carry: [".gpu-debs"])
 #
+# Step "step-bench" (not in the default list): tide bench decode|prefill
+# --backend cuda on flash-ep8, see section 6.
 # TIDE_TEST_SEED fixes the tests' random inputs (default: a fresh seed,
 # printed in the summary). TIDE_GPU_STEPS picks the steps (default
 # "tests sass sanitizer bench"; the build always runs, and is incremental when
@@ -71,6 +73,14 @@ export LD_LIBRARY_PATH=${TIDE_PREFIX:-/tmp/tide-prefix}/usr/lib/x86_64-linux-gnu
 tests=()
 for t in "$B"/gpu_test_*; do [ -x "$t" ] && tests+=("$t"); done
 tests_run=("${tests[@]}")
+# TIDE_GPU_ONLY="model gemm ..." keeps the gpu_test_<name> programs named
+# (tests and sanitizer steps), TIDE_GPU_SAN_ONLY the same for the sanitizer
+# steps alone, to spend little device time on a re-check.
+if [ -n "${TIDE_GPU_ONLY:-}" ]; then
+  tests_run=()
+  for n in $TIDE_GPU_ONLY; do [ -x "$B/gpu_test_$n" ] && tests_run+=("$B/gpu_test_$n"); done
+  tests=("${tests_run[@]}")
+fi
 
 # 2. Tests (full shapes).
 on tests || tests_run=()
@@ -103,8 +113,11 @@ fi
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 if ! on sanitizer; then :
 elif [ -n "$cs" ]; then
+  san_only=" ${TIDE_GPU_SAN_ONLY:-} "
+  keep() { [ "$san_only" = "  " ] || [[ $san_only == *" ${1#gpu_test_} "* ]]; }
   for t in "${tests[@]}"; do
     n=$(basename "$t")
+    keep "$n" || continue
     echo "### memcheck $n" >>"$OUT/sanitizer.log"
     TIDE_GPU_SMALL=1 timed "$OUT/sanitizer.log" timeout 60 "$cs" --tool memcheck --error-exitcode 99 "$t"
     step "memcheck $n" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$secs" "$([ $rc -eq 0 ] || echo "exit $rc")"
@@ -118,6 +131,7 @@ elif [ -n "$cs" ]; then
            "$B/gpu_test_elementwise"; do
     [ -x "$t" ] || continue
     n=$(basename "$t")
+    keep "$n" || continue
     echo "### racecheck $n" >>"$OUT/sanitizer.log"
     TIDE_GPU_SMALL=1 timed "$OUT/sanitizer.log" timeout 90 "$cs" --tool racecheck --error-exitcode 99 "$t"
     step "racecheck $n" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$secs" "$([ $rc -eq 0 ] || echo "exit $rc")"
@@ -136,7 +150,29 @@ if on bench && [ -x "$B/gpu_bench_kernels" ]; then
   esac
 fi
 
-# 6. Summary, last.
+# 6. The device-resident step on flash-ep8 (tide bench decode|prefill
+#    --backend cuda): TIDE_STEP_BENCH lists "decode:B:C" / "prefill:L" runs
+#    (default: the issue's grid); --gemm-tflops TIDE_GEMM_TFLOPS when set.
+if on step-bench && [ -x "$B/tide" ]; then
+  runs=${TIDE_STEP_BENCH:-"decode:1:4096 decode:32:4096 decode:256:4096 decode:1:131072 decode:32:131072 decode:256:131072 prefill:8192"}
+  gt=()
+  [ -n "${TIDE_GEMM_TFLOPS:-}" ] && gt=(--gemm-tflops "$TIDE_GEMM_TFLOPS")
+  for r in $runs; do
+    IFS=: read -r kind a c <<<"$r"
+    if [ "$kind" = decode ]; then
+      args=(decode --backend cuda --model synth:flash-ep8 --batch "$a" --context "$c" --steps 5 --warmup 1 "${gt[@]}" ${TIDE_STEP_BENCH_ARGS:-})
+    else
+      args=(prefill --backend cuda --model synth:flash-ep8 --len "$a" --steps "${TIDE_PREFILL_STEPS:-1}" --warmup 1 "${gt[@]}" ${TIDE_STEP_BENCH_ARGS:-})
+    fi
+    echo "### tide bench ${args[*]}" >>"$OUT/step-bench.log"
+    lim=${TIDE_STEP_BENCH_S:-30}
+    [ "$kind" = prefill ] && lim=${TIDE_PREFILL_BENCH_S:-60}
+    timed "$OUT/step-bench.log" timeout "$lim" "$B/tide" bench "${args[@]}"
+    step "tide bench $r" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$secs" "$([ $rc -eq 0 ] || echo "exit $rc")"
+  done
+fi
+
+# 7. Summary, last.
 {
   echo "# tide GPU check"
   echo
@@ -154,6 +190,15 @@ fi
   echo "| kernel | shape | median | rate |"
   echo "| --- | --- | --- | --- |"
   grep -h '^BENCH|' "$OUT/bench.log" 2>/dev/null | sed -e 's/^BENCH|/| /' -e 's/$/ |/' -e 's/|/ | /g' -e 's/  */ /g' -e 's/^ //'
+  if [ -f "$OUT/step-bench.log" ]; then
+    echo
+    echo "## tide bench --backend cuda (flash-ep8, device-resident step)"
+    echo
+    echo '```'
+    grep -E "^### |^tide bench|step time|throughput|roofline time|roofline/measured|memory|launches|output|ceilings|failed|error|profile|^    [a-z]" \
+      "$OUT/step-bench.log"
+    echo '```'
+  fi
   echo
   echo "overall: $([ $overall -eq 0 ] && echo PASS || echo FAIL)"
 } >"$OUT/summary.md"

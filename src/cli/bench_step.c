@@ -44,7 +44,9 @@ static void usage_decode(FILE *f) {
             "  --threads N        worker threads (default 2)\n"
             "  --seed N           synthetic contents and tokens (default 1)\n"
             "  --copy-mib N       buffer of the bandwidth measurement (default 64)\n"
-            "  --canonical-layout the chunking-invariant attention layout (docs/model.md)\n");
+            "  --canonical-layout the chunking-invariant attention layout (docs/model.md)\n"
+            "  --backend cpu|cuda cpu (default); cuda: the device-resident step on the GPU\n"
+            "                     ('tide bench decode --backend cuda --help')\n");
 }
 
 static void usage_prefill(FILE *f) {
@@ -65,11 +67,13 @@ static void usage_prefill(FILE *f) {
             "  --threads N        worker threads (default 2)\n"
             "  --seed N           prompt tokens (default 1)\n"
             "  --copy-mib N       buffer of the bandwidth measurement (default 64)\n"
-            "  --canonical-layout the chunking-invariant attention layout (docs/model.md)\n");
+            "  --canonical-layout the chunking-invariant attention layout (docs/model.md)\n"
+            "  --backend cpu|cuda cpu (default); cuda: the device-resident step on the GPU\n"
+            "                     ('tide bench prefill --backend cuda --help')\n");
 }
 
 typedef struct step_opts {
-    const char *model, *kv;
+    const char *model, *kv, *backend;
     int64_t batch, context, len, steps, warmup, threads, seed, copy_mib;
     int canonical, decode;
 } step_opts;
@@ -204,22 +208,27 @@ static int parse(int argc, char **argv, step_opts *o) {
         {"--seed", BENCH_INT, &o->seed, 0, INT64_MAX},
         {"--copy-mib", BENCH_INT, &o->copy_mib, 1, 16384},
         {"--canonical-layout", BENCH_FLAG, &o->canonical, 0, 0},
+        {"--backend", BENCH_STR, &o->backend, 0, 0},
     };
     if (o->decode) {
-        t[8] = (bench_opt){"--batch", BENCH_INT, &o->batch, 1, 4096};
-        t[9] = (bench_opt){"--context", BENCH_INT, &o->context, 0, 1 << 24};
+        t[9] = (bench_opt){"--batch", BENCH_INT, &o->batch, 1, 4096};
+        t[10] = (bench_opt){"--context", BENCH_INT, &o->context, 0, 1 << 24};
     } else {
-        t[8] = (bench_opt){"--len", BENCH_INT, &o->len, 1, 1 << 24};
+        t[9] = (bench_opt){"--len", BENCH_INT, &o->len, 1, 1 << 24};
     }
     int rc = tide_bench_parse(argv[0], argc, argv, t, usage);
     if (rc >= 0) return rc;
     if (!o->model) return tide_bench_usage_error(argv[0], usage, "--model is required");
     if (strcmp(o->kv, "f32") && strcmp(o->kv, "packed"))
         return tide_bench_usage_error(argv[0], usage, "--kv: '%s' is neither f32 nor packed", o->kv);
+    if (o->backend && strcmp(o->backend, "cpu"))
+        return tide_bench_usage_error(argv[0], usage, "--backend: '%s' is neither cpu nor cuda", o->backend);
     return -1;
 }
 
 int tide_bench_step(int argc, char **argv) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--backend") && !strcmp(argv[i + 1], "cuda")) return tide_bench_step_cuda(argc, argv);
     step_opts o;
     int rc = parse(argc, argv, &o);
     if (rc >= 0) return rc;

@@ -30,6 +30,8 @@ static void usage(FILE *f) {
             "  decode     one decode step at batch B and context C (synthetic cache contents),\n"
             "             timed, next to its roofline\n"
             "  prefill    one prefill of L tokens, timed, next to its roofline\n"
+            "             (decode and prefill: --backend cuda runs the device-resident step on\n"
+            "             the GPU, weights generated in device memory)\n"
             "  roofline   the roofline model of decode and prefill steps for a shape (no weights)\n"
             "  replay     accuracy of bounded SWA replay on prefix-cache hits\n"
             "\n"

@@ -366,3 +366,316 @@ int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, con
                            (flags & TIDE_CUDA_LIN_BF16_OUT) ? TIDE_LIN_BF16_OUT : 0);
     return 0;
 }
+
+/* ---- the device-resident step's glue and the remaining kernels
+ * (backend/cuda/dev_step.c): same extent checks; graphs record nothing
+ * (replay is a no-op: the step's kernels already ran while "captured"),
+ * timers report 1 ms. ---- */
+
+int tide_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, tide_status *st) {
+    (void)st;
+    *free_bytes = (size_t)4 << 30;
+    *total_bytes = (size_t)8 << 30;
+    return 0;
+}
+
+static char fake_stream_token, fake_graph_token;
+static int fake_capturing;
+
+int tide_cuda_stream_create(tide_cuda_stream *s, tide_status *st) {
+    (void)st;
+    *s = (tide_cuda_stream)(void *)&fake_stream_token;
+    return 0;
+}
+void tide_cuda_stream_destroy(tide_cuda_stream s) { (void)s; }
+int tide_cuda_stream_sync(tide_cuda_stream s, tide_status *st) {
+    (void)s;
+    (void)st;
+    return 0;
+}
+int tide_cuda_graph_begin(tide_cuda_stream s, tide_status *st) {
+    (void)s;
+    if (fake_capturing) return tide_fail(st, TIDE_ERR_INTERNAL, "fake_cuda: capture already in progress");
+    fake_capturing = 1;
+    return 0;
+}
+int tide_cuda_graph_end(tide_cuda_stream s, tide_cuda_graph *out, tide_status *st) {
+    (void)s;
+    if (!fake_capturing) return tide_fail(st, TIDE_ERR_INTERNAL, "fake_cuda: no capture in progress");
+    fake_capturing = 0;
+    *out = (tide_cuda_graph)(void *)&fake_graph_token;
+    return 0;
+}
+int tide_cuda_graph_launch(tide_cuda_graph g, tide_cuda_stream s, tide_status *st) {
+    (void)s;
+    if (g != (tide_cuda_graph)(void *)&fake_graph_token) return tide_fail(st, TIDE_ERR_INVALID, "fake_cuda: bad graph");
+    return kernel("graph", st);
+}
+void tide_cuda_graph_destroy(tide_cuda_graph g) { (void)g; }
+int tide_cuda_timer_create(tide_cuda_timer *t, tide_status *st) {
+    (void)st;
+    t->start = t->stop = &fake_stream_token;
+    return 0;
+}
+void tide_cuda_timer_destroy(tide_cuda_timer *t) { t->start = t->stop = NULL; }
+int tide_cuda_timer_mark(tide_cuda_timer *t, int which, tide_cuda_stream s, tide_status *st) {
+    (void)t;
+    (void)which;
+    (void)s;
+    (void)st;
+    return 0;
+}
+int tide_cuda_timer_ms(tide_cuda_timer *t, double *ms, tide_status *st) {
+    (void)t;
+    (void)st;
+    *ms = 1.0;
+    return 0;
+}
+
+static uint64_t fake_mix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+int tide_cuda_fill(void *p, size_t count, int kind, float scale, int32_t lo, int32_t hi, uint64_t seed,
+                   tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    static const size_t el[] = {4, 2, 1, 1, 1, 4};
+    if (kind < 0 || kind > TIDE_CUDA_FILL_I32 || (kind >= TIDE_CUDA_FILL_CODE && hi < lo))
+        return tide_fail(st, TIDE_ERR_INVALID, "fake fill: kind %d", kind);
+    chk("fill", p, count * el[kind]);
+    if (kernel("fill", st)) return -1;
+    for (size_t i = 0; i < count; i++) {
+        uint64_t r = fake_mix(seed ^ fake_mix(i));
+        /* a uniform in (-1.73, 1.73): unit variance, enough for a checker */
+        float u = ((float)(r >> 40) / 16777216.0f * 2.0f - 1.0f) * 1.7320508f * scale;
+        switch (kind) {
+        case TIDE_CUDA_FILL_F32: ((float *)p)[i] = u; break;
+        case TIDE_CUDA_FILL_BF16: ((uint16_t *)p)[i] = tide_f32_to_bf16(u); break;
+        case TIDE_CUDA_FILL_E4M3: ((uint8_t *)p)[i] = tide_f32_to_e4m3(u); break;
+        case TIDE_CUDA_FILL_BYTES: ((uint8_t *)p)[i] = (uint8_t)(r >> 24); break;
+        case TIDE_CUDA_FILL_CODE: ((uint8_t *)p)[i] = (uint8_t)(lo + (int32_t)((r >> 33) % (uint64_t)(hi - lo + 1))); break;
+        default: ((int32_t *)p)[i] = lo + (int32_t)((r >> 33) % (uint64_t)(hi - lo + 1)); break;
+        }
+    }
+    return 0;
+}
+
+int tide_cuda_bf16_to_f32(const uint16_t *x, int64_t n, float *y, tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    chk("bf16_to_f32 x", x, (size_t)n * 2);
+    chk("bf16_to_f32 y", y, (size_t)n * F4);
+    if (kernel("bf16_to_f32", st)) return -1;
+    for (int64_t i = 0; i < n; i++) y[i] = tide_bf16_to_f32(x[i]);
+    return 0;
+}
+
+int tide_cuda_scatter_rows(const float *src, int64_t rows, int64_t dim, const int32_t *dst_row, float *dst,
+                           tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    chk("scatter src", src, (size_t)(rows * dim) * F4);
+    chk("scatter rows", dst_row, (size_t)rows * 4);
+    if (kernel("scatter_rows", st)) return -1;
+    for (int64_t r = 0; r < rows; r++) {
+        if (dst_row[r] < 0) continue;
+        float *d = dst + (int64_t)dst_row[r] * dim;
+        chk("scatter dst", d, (size_t)dim * F4);
+        memcpy(d, src + r * dim, (size_t)dim * F4);
+    }
+    return 0;
+}
+
+int tide_cuda_transpose01(const float *x, int64_t a, int64_t b, int64_t c, float *y, tide_cuda_stream stream,
+                          tide_status *st) {
+    (void)stream;
+    chk("transpose x", x, (size_t)(a * b * c) * F4);
+    chk("transpose y", y, (size_t)(a * b * c) * F4);
+    if (x == y) return tide_fail(st, TIDE_ERR_INVALID, "fake transpose01: aliased");
+    if (kernel("transpose01", st)) return -1;
+    for (int64_t i = 0; i < a; i++)
+        for (int64_t j = 0; j < b; j++) memcpy(y + (j * a + i) * c, x + (i * b + j) * c, (size_t)c * F4);
+    return 0;
+}
+
+int tide_cuda_attn_idx(int64_t rows, int win, int k, const int32_t *win_base, const int32_t *win_len,
+                       const int32_t *lat_base, const int32_t *topk, int32_t *idx, tide_cuda_stream stream,
+                       tide_status *st) {
+    (void)stream;
+    chk("attn_idx win_base", win_base, (size_t)rows * 4);
+    chk("attn_idx win_len", win_len, (size_t)rows * 4);
+    if (k > 0) {
+        chk("attn_idx lat_base", lat_base, (size_t)rows * 4);
+        chk("attn_idx topk", topk, (size_t)(rows * k) * 4);
+    }
+    chk("attn_idx idx", idx, (size_t)(rows * (win + k)) * 4);
+    if (kernel("attn_idx", st)) return -1;
+    for (int64_t r = 0; r < rows; r++)
+        for (int j = 0; j < win + k; j++) {
+            int32_t v;
+            if (j < win) v = j < win_len[r] ? win_base[r] + j : -1;
+            else v = topk[r * k + (j - win)] >= 0 ? lat_base[r] + topk[r * k + (j - win)] : -1;
+            idx[r * (win + k) + j] = v;
+        }
+    return 0;
+}
+
+int tide_cuda_sim_fp4_e8m0(float *x, int64_t rows, int64_t n, int64_t block, tide_cuda_stream stream,
+                           tide_status *st) {
+    (void)stream;
+    chk("sim_fp4 x", x, (size_t)(rows * n) * F4);
+    if (kernel("sim_fp4_e8m0", st)) return -1;
+    for (int64_t r = 0; r < rows; r++) tide_sim_fp4_e8m0(x + r * n, (size_t)n, (size_t)block);
+    return 0;
+}
+
+int tide_cuda_sim_fp4_e4m3(float *x, int64_t rows, int64_t n, int64_t block, tide_cuda_stream stream,
+                           tide_status *st) {
+    (void)stream;
+    chk("sim_fp4 x", x, (size_t)(rows * n) * F4);
+    if (kernel("sim_fp4_e4m3", st)) return -1;
+    for (int64_t r = 0; r < rows; r++) tide_sim_fp4_e4m3(x + r * n, (size_t)n, (size_t)block);
+    return 0;
+}
+
+int tide_cuda_argmax(const float *logits, int64_t rows, int64_t vocab, int32_t *out, tide_cuda_stream stream,
+                     tide_status *st) {
+    (void)stream;
+    chk("argmax logits", logits, (size_t)(rows * vocab) * F4);
+    chk("argmax out", out, (size_t)rows * 4);
+    if (kernel("argmax", st)) return -1;
+    for (int64_t r = 0; r < rows; r++) {
+        int32_t b = -1;
+        for (int64_t v = 0; v < vocab; v++) {
+            float x = logits[r * vocab + v];
+            if (isnan(x) || x == -INFINITY) continue;
+            if (b < 0 || x > logits[r * vocab + b]) b = (int32_t)v;
+        }
+        out[r] = b;
+    }
+    return 0;
+}
+
+int tide_cuda_copy(void *dst, const void *src, size_t bytes, tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    if (bytes % 16) return tide_fail(st, TIDE_ERR_INVALID, "fake copy: %zu bytes", bytes);
+    chk("copy dst", dst, bytes);
+    chk("copy src", src, bytes);
+    if (kernel("copy", st)) return -1;
+    memmove(dst, src, bytes);
+    return 0;
+}
+
+int tide_cuda_gemm_fp8_wgmma(const uint8_t *xq, const uint8_t *xs, int64_t m, const uint8_t *w, const uint8_t *ws,
+                             int64_t n, int64_t k, uint16_t *y, tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    return gemm(TIDE_W_FP8, xq, xs, m, w, ws, n, k, y, st);
+}
+
+/* The experts: moe.c's routed arithmetic on the CPU ops over the table's
+ * (fake device) weights. */
+struct tide_cuda_experts {
+    tide_cuda_expert_weights *w;
+    int n;
+    int64_t dim, inter;
+};
+
+int tide_cuda_experts_create(const tide_cuda_expert_weights *experts, int n_experts, int64_t dim, int64_t inter,
+                             tide_cuda_experts **out, tide_status *st) {
+    *out = NULL;
+    if (n_experts < 1 || n_experts > TIDE_CUDA_EXPERTS_MAX || dim % 32 || inter % 32 || dim < 32 || inter < 32)
+        return tide_fail(st, TIDE_ERR_INVALID, "fake experts_create: bad shape");
+    for (int e = 0; e < n_experts; e++) {
+        const tide_cuda_expert_weights *x = &experts[e];
+        chk("expert w1", x->w1, (size_t)(inter * dim / 2));
+        chk("expert w1 scale", x->w1_scale, (size_t)(inter * dim / 32));
+        chk("expert w3", x->w3, (size_t)(inter * dim / 2));
+        chk("expert w3 scale", x->w3_scale, (size_t)(inter * dim / 32));
+        chk("expert w2", x->w2, (size_t)(dim * inter / 2));
+        chk("expert w2 scale", x->w2_scale, (size_t)(dim * inter / 32));
+    }
+    tide_cuda_experts *ex = calloc(1, sizeof *ex);
+    if (ex) ex->w = malloc((size_t)n_experts * sizeof *ex->w);
+    if (!ex || !ex->w) {
+        if (ex) free(ex);
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+    }
+    memcpy(ex->w, experts, (size_t)n_experts * sizeof *ex->w);
+    ex->n = n_experts;
+    ex->dim = dim;
+    ex->inter = inter;
+    *out = ex;
+    return 0;
+}
+
+void tide_cuda_experts_destroy(tide_cuda_experts *ex) {
+    if (!ex) return;
+    free(ex->w);
+    free(ex);
+}
+
+size_t tide_cuda_moe_experts_workspace(const tide_cuda_experts *ex, int64_t rows, int k) {
+    if (!ex || rows < 0 || k < 1) return 0;
+    return (size_t)(rows * k) * (size_t)(5 * ex->inter + 2 * ex->dim) + (size_t)(rows * ex->dim) + 256;
+}
+
+int tide_cuda_moe_experts(const tide_cuda_experts *ex, const float *x, int64_t rows, const int32_t *idx, const float *w,
+                          int k, double swiglu_limit, const uint16_t *shared, float *y, void *workspace,
+                          size_t workspace_bytes, tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    int64_t D = ex->dim, I = ex->inter;
+    chk("experts x", x, (size_t)(rows * D) * F4);
+    chk("experts idx", idx, (size_t)(rows * k) * 4);
+    chk("experts w", w, (size_t)(rows * k) * F4);
+    chk("experts y", y, (size_t)(rows * D) * F4);
+    if (shared) chk("experts shared", shared, (size_t)(rows * D) * 2);
+    if (workspace_bytes < tide_cuda_moe_experts_workspace(ex, rows, k))
+        return tide_fail(st, TIDE_ERR_INVALID, "fake moe_experts: workspace too small");
+    chk("experts workspace", workspace, workspace_bytes);
+    if (kernel("moe_experts", st)) return -1;
+    const tide_ops *ops = tide_cpu_ops();
+    float *acc = calloc((size_t)(rows * D), F4), *g = malloc((size_t)I * F4), *u = malloc((size_t)I * F4);
+    float *ye = malloc((size_t)D * F4);
+    if (!acc || !g || !u || !ye) abort();
+    for (int64_t r = 0; r < rows; r++)
+        for (int e = 0; e < ex->n; e++)
+            for (int j = 0; j < k; j++) {
+                if (idx[r * k + j] != e) continue;
+                const tide_cuda_expert_weights *ew = &ex->w[e];
+                tide_weight w1 = {TIDE_W_FP4, I, D, ew->w1, ew->w1_scale}, w3 = {TIDE_W_FP4, I, D, ew->w3, ew->w3_scale};
+                tide_weight w2 = {TIDE_W_FP4, D, I, ew->w2, ew->w2_scale};
+                ops->linear(ops, NULL, &w1, x + r * D, 1, g, TIDE_LIN_BF16_OUT);
+                ops->linear(ops, NULL, &w3, x + r * D, 1, u, TIDE_LIN_BF16_OUT);
+                ops->swiglu(ops, g, u, 1, I, swiglu_limit, &w[r * k + j], g);
+                ops->linear(ops, NULL, &w2, g, 1, ye, TIDE_LIN_BF16_OUT);
+                for (int64_t d = 0; d < D; d++) acc[r * D + d] += ye[d];
+            }
+    for (int64_t i = 0; i < rows * D; i++)
+        y[i] = shared ? tide_round_bf16(acc[i] + tide_bf16_to_f32(shared[i])) : acc[i];
+    free(acc);
+    free(g);
+    free(u);
+    free(ye);
+    return 0;
+}
+
+int tide_cuda_event_create(void **ev, tide_status *st) {
+    (void)st;
+    *ev = &fake_stream_token;
+    return 0;
+}
+void tide_cuda_event_destroy(void *ev) { (void)ev; }
+int tide_cuda_event_record(void *ev, tide_cuda_stream s, tide_status *st) {
+    (void)ev;
+    (void)s;
+    (void)st;
+    return 0;
+}
+int tide_cuda_event_ms(void *a, void *b, double *ms, tide_status *st) {
+    (void)a;
+    (void)b;
+    (void)st;
+    *ms = 0.5;
+    return 0;
+}

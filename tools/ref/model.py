@@ -142,8 +142,9 @@ def hc_post(y, residual, post, comb):
 
 def sparse_attn(q, kv, sink, idx, scale):
     """The reference kernel: per query, entries of idx (-1 = none) in chunks of 64,
-    online softmax with the un-normalised probabilities rounded to bf16 before the
-    value product, the sink added to the denominator. q [t,H,D], kv [n,D], idx [t,K]."""
+    online softmax (denominator summed in float64) with the un-normalised
+    probabilities rounded to bf16 before the value product, the sink added to
+    the denominator. q [t,H,D], kv [n,D], idx [t,K]."""
     q64 = np.asarray(q, dtype=np.float64)
     t, H, D = q.shape
     K = idx.shape[1]
@@ -160,7 +161,10 @@ def sparse_attn(q, kv, sink, idx, scale):
         nxt = np.maximum(mx, sc.max(-1))
         corr = np.exp(mx - nxt)
         probs = np.exp(sc - nxt[..., None])
-        den = den * corr + probs.sum(-1, dtype=F32)
+        # summed in float64: a float32 sum's rounding depends on where the
+        # masked zeros sit (ring order, batch width), which broke the
+        # prefill == decode identity on rare seeds
+        den = den * corr + probs.sum(-1, dtype=np.float64).astype(F32)
         pv = np.einsum("thc,tcd->thd", nx.bf16(probs).astype(np.float64), vals.astype(np.float64)).astype(F32)
         num = num * corr[..., None] + pv
         mx = nxt

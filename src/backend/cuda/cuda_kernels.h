@@ -244,4 +244,59 @@ int tide_cuda_copy(void *dst, const void *src, size_t bytes, tide_cuda_stream st
 int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows, float *y,
                          int flags, tide_cuda_stream stream, tide_status *st);
 
+/* ---- Device-resident step glue (dev_glue.cu) ----
+ * Streams, graphs, timers: thin wrappers of the CUDA runtime. A graph is
+ * captured from everything launched on a stream between graph_begin and
+ * graph_end (relaxed capture mode) and replayed by graph_launch.
+ * fill: synthetic contents generated on the device, element i a function of
+ * (seed, i) only: F32 / BF16 / E4M3 normal(0,1) * scale; BYTES uniform bytes
+ * (packed e2m1 pairs); CODE uniform bytes in lo..hi (e8m0 scales); I32
+ * uniform in lo..hi. count is in elements.
+ * bf16_to_f32: y[i] = x[i] (exact). scatter_rows: dst[dst_row[r]] =
+ * src[r] for rows with dst_row >= 0 (rows of dim floats). transpose01:
+ * x [a][b][c] -> y [b][a][c]. attn_idx: sparse attention index rows
+ * [rows][win + k]: win_base[r] + j for j < win_len[r] (else -1), then
+ * lat_base[r] + topk[r][j] (-1 stays -1). */
+typedef struct CUgraphExec_st *tide_cuda_graph;
+typedef struct {
+    void *start, *stop;
+} tide_cuda_timer;
+enum {
+    TIDE_CUDA_FILL_F32 = 0,
+    TIDE_CUDA_FILL_BF16,
+    TIDE_CUDA_FILL_E4M3,
+    TIDE_CUDA_FILL_BYTES,
+    TIDE_CUDA_FILL_CODE,
+    TIDE_CUDA_FILL_I32
+};
+int tide_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, tide_status *st);
+int tide_cuda_stream_create(tide_cuda_stream *s, tide_status *st);
+void tide_cuda_stream_destroy(tide_cuda_stream s); /* NULL is fine */
+int tide_cuda_stream_sync(tide_cuda_stream s, tide_status *st);
+int tide_cuda_graph_begin(tide_cuda_stream s, tide_status *st);
+int tide_cuda_graph_end(tide_cuda_stream s, tide_cuda_graph *out, tide_status *st);
+int tide_cuda_graph_launch(tide_cuda_graph g, tide_cuda_stream s, tide_status *st);
+void tide_cuda_graph_destroy(tide_cuda_graph g); /* NULL is fine */
+int tide_cuda_timer_create(tide_cuda_timer *t, tide_status *st);
+void tide_cuda_timer_destroy(tide_cuda_timer *t);
+/* which 0: start, 1: stop, recorded on s */
+int tide_cuda_timer_mark(tide_cuda_timer *t, int which, tide_cuda_stream s, tide_status *st);
+/* waits for the stop mark; milliseconds between the marks */
+int tide_cuda_timer_ms(tide_cuda_timer *t, double *ms, tide_status *st);
+/* Single events, for per-phase timing: ms between two recorded events. */
+int tide_cuda_event_create(void **ev, tide_status *st);
+void tide_cuda_event_destroy(void *ev); /* NULL is fine */
+int tide_cuda_event_record(void *ev, tide_cuda_stream s, tide_status *st);
+int tide_cuda_event_ms(void *a, void *b, double *ms, tide_status *st);
+int tide_cuda_fill(void *p, size_t count, int kind, float scale, int32_t lo, int32_t hi, uint64_t seed,
+                   tide_cuda_stream stream, tide_status *st);
+int tide_cuda_bf16_to_f32(const uint16_t *x, int64_t n, float *y, tide_cuda_stream stream, tide_status *st);
+int tide_cuda_scatter_rows(const float *src, int64_t rows, int64_t dim, const int32_t *dst_row, float *dst,
+                           tide_cuda_stream stream, tide_status *st);
+int tide_cuda_transpose01(const float *x, int64_t a, int64_t b, int64_t c, float *y, tide_cuda_stream stream,
+                          tide_status *st);
+int tide_cuda_attn_idx(int64_t rows, int win, int k, const int32_t *win_base, const int32_t *win_len,
+                       const int32_t *lat_base, const int32_t *topk, int32_t *idx, tide_cuda_stream stream,
+                       tide_status *st);
+
 #endif

@@ -61,6 +61,27 @@ __device__ static float tide_dev_sum_np(const float *x, int64_t n) {
     return __fadd_rn(tide_dev_sum_np(x, n2), tide_dev_sum_np(x + n2, n - n2));
 }
 
+/* The same order over f32 values widened to double (n <= 128: one leaf),
+ * as the CPU attention's chunk denominator (cpu_attn.c sum_np_f64). */
+__device__ static double tide_dev_sum_np_f64(const float *x, int64_t n) {
+    if (n < 8) {
+        double r = 0.0;
+        for (int64_t i = 0; i < n; i++) r = __dadd_rn(r, (double)x[i]);
+        return r;
+    }
+    double r[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) r[j] = (double)x[j];
+    int64_t i = 8;
+    for (; i < n - (n % 8); i += 8)
+#pragma unroll
+        for (int j = 0; j < 8; j++) r[j] = __dadd_rn(r[j], (double)x[i + j]);
+    double res = __dadd_rn(__dadd_rn(__dadd_rn(r[0], r[1]), __dadd_rn(r[2], r[3])),
+                           __dadd_rn(__dadd_rn(r[4], r[5]), __dadd_rn(r[6], r[7])));
+    for (; i < n; i++) res = __dadd_rn(res, (double)x[i]);
+    return res;
+}
+
 /* One lane's share of tide_cpu_dot: lane l (0..3) sums a[i+l]*b[i+l] over the
  * whole groups of 4 in double (product, then sum: no FMA), lane 0 also the
  * tail. Combine the four lanes as (s0 + s1) + (s2 + s3) and round to f32:

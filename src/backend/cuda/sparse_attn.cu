@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) sparse_attn_kernel(const float *
             float next = maximum > cmax ? maximum : cmax;
             float corr = tide_dev_expf(__fsub_rn(maximum, next));
             for (int i = 0; i < n; i++) pr[i] = ent[i] >= 0 ? tide_dev_expf(__fsub_rn(sc[i], next)) : 0.0f;
-            s_den = __fadd_rn(__fmul_rn(s_den, corr), tide_dev_sum_np(pr, n));
+            s_den = __fadd_rn(__fmul_rn(s_den, corr), __double2float_rn(tide_dev_sum_np_f64(pr, n)));
             for (int i = 0; i < n; i++) pb[i] = bf16_round(pr[i]);
             s_corr = corr;
             s_max = next;
