@@ -325,7 +325,9 @@ class Model:
         s = xp.where(valid[:, :, None, :], s, -math.inf)
         m = xp.maximum(xp.amax(s, -1), f32c(-1e30))
         p = xp.exp(s - m[..., None])
-        den = xp.sum(p, -1) + xp.exp(sink - m)
+        # summed wide as the oracle (tools/ref/model.py sparse_attn): an f32 sum's
+        # rounding depends on where the masked zeros sit
+        den = xp.sum_wide(p, -1) + xp.exp(sink - m)
         num = xp.matmul(xp.f32(xp.bf(p)), kvf)  # [b, t, H, D]
         return xp.bf(num / den[..., None])
 

@@ -138,6 +138,11 @@ class NumpyXP:
     def sum(self, x, axis, keepdims=False):
         return np.sum(x, axis=axis, keepdims=keepdims, dtype=F32)
 
+    def sum_wide(self, x, axis):
+        """float32 values summed in float64, rounded once to float32 (the oracle's
+        softmax denominator): the result does not depend on where zeros sit."""
+        return np.sum(x, axis=axis, dtype=np.float64).astype(F32)
+
     def mean(self, x, axis, keepdims=False):
         return np.mean(x, axis=axis, keepdims=keepdims, dtype=F32)
 
@@ -338,6 +343,9 @@ class TorchXP:
 
     def sum(self, x, axis, keepdims=False):
         return self.t.sum(x.float(), dim=axis, keepdim=keepdims)
+
+    def sum_wide(self, x, axis):
+        return self.t.sum(x.double(), dim=axis).float()
 
     def mean(self, x, axis, keepdims=False):
         return self.t.mean(x.float(), dim=axis, keepdim=keepdims)

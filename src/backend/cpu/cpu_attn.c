@@ -1,12 +1,35 @@
 /* Sparse attention with per-head sinks on the CPU (the reference's
  * sparse_attn): one task per (row, head); each walks its row's entry list in
  * chunks of 64 with an online softmax, rounding the un-normalised
- * probabilities to BF16 before they weight the values. */
+ * probabilities to BF16 before they weight the values. A chunk's
+ * probabilities are summed in double (numpy's pairwise order) and rounded
+ * once to f32, as the reference (tools/ref/model.py sparse_attn) does: an f32
+ * pairwise sum's rounding depends on where the empty entries (zeros) sit,
+ * which made prefill and decode of the same tokens differ on rare inputs. */
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_internal.h"
 
 #define CHUNK 64
+
+/* numpy's pairwise sum (see tide_cpu_sum_np) of f32 values widened to
+ * double, as np.sum(x, dtype=np.float64); exact for the zeros of empty
+ * entries wherever they sit. n <= CHUNK here, so no split above 128. */
+static double sum_np_f64(const float *x, int n) {
+    if (n < 8) {
+        double r = 0;
+        for (int i = 0; i < n; i++) r += x[i];
+        return r;
+    }
+    double r[8];
+    for (int k = 0; k < 8; k++) r[k] = x[k];
+    int i = 8;
+    for (; i < n - (n % 8); i += 8)
+        for (int k = 0; k < 8; k++) r[k] += x[i + k];
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; i++) res += x[i];
+    return res;
+}
 
 typedef struct {
     const float *q;
@@ -42,7 +65,7 @@ static void attn_task(void *arg, int64_t task, int thread) {
         float next = maximum > cmax ? maximum : cmax;
         float corr = tide_cpu_expf(maximum - next);
         for (int i = 0; i < n; i++) pr[i] = row->kv[b + i] ? tide_cpu_expf(sc[i] - next) : 0.0f;
-        den = den * corr + tide_cpu_sum_np(pr, n);
+        den = den * corr + (float)sum_np_f64(pr, n);
         /* this chunk's probability-weighted values: BF16 probabilities, one
          * rounding of the chunk's sum (the reference's chunk matmul) */
         for (int64_t d = 0; d < D; d++) pv[d] = 0;
