@@ -530,11 +530,9 @@ int tide_dstep_create(const tide_config *cfg, const tide_dstep_opts *o, tide_dst
     int kmax = 1;
     for (int i = 0; i < s->n_layers; i++)
         if (cfg->roles[i].num_experts_per_tok > kmax) kmax = cfg->roles[i].num_experts_per_tok;
-    /* the experts' workspace depends on (rows, k) only; any expert table
-     * of the shape gives it, so a throwaway table over NULL-free dummies is
-     * not needed: tide_cuda_moe_experts_workspace reads dim/inter from the
-     * table, so it is computed after the tables exist (below); reserve an
-     * estimate now for the budget: the header's formula with margin. */
+    /* The experts' workspace is known exactly only once an expert table
+     * exists (tide_cuda_moe_experts_workspace, below); for the memory
+     * budget, reserve twice cuda_kernels.h's estimate now. */
     s->ex_ws_bytes = (size_t)(s->rows * kmax) * (size_t)(5 * s->I + 2 * s->D) * 2 + (size_t)(s->rows * s->D) * 8 +
                      (1u << 20);
 
