@@ -521,22 +521,24 @@ int tide_cuda_attn_idx(int64_t rows, int win, int k, const int32_t *win_base, co
     return 0;
 }
 
+static int sim_fp4(const char *name, void (*sim)(float *, size_t, size_t), float *x, int64_t rows, int64_t n,
+                   int64_t block, tide_status *st) {
+    chk(name, x, (size_t)(rows * n) * F4);
+    if (kernel(name, st)) return -1;
+    for (int64_t r = 0; r < rows; r++) sim(x + r * n, (size_t)n, (size_t)block);
+    return 0;
+}
+
 int tide_cuda_sim_fp4_e8m0(float *x, int64_t rows, int64_t n, int64_t block, tide_cuda_stream stream,
                            tide_status *st) {
     (void)stream;
-    chk("sim_fp4 x", x, (size_t)(rows * n) * F4);
-    if (kernel("sim_fp4_e8m0", st)) return -1;
-    for (int64_t r = 0; r < rows; r++) tide_sim_fp4_e8m0(x + r * n, (size_t)n, (size_t)block);
-    return 0;
+    return sim_fp4("sim_fp4_e8m0", tide_sim_fp4_e8m0, x, rows, n, block, st);
 }
 
 int tide_cuda_sim_fp4_e4m3(float *x, int64_t rows, int64_t n, int64_t block, tide_cuda_stream stream,
                            tide_status *st) {
     (void)stream;
-    chk("sim_fp4 x", x, (size_t)(rows * n) * F4);
-    if (kernel("sim_fp4_e4m3", st)) return -1;
-    for (int64_t r = 0; r < rows; r++) tide_sim_fp4_e4m3(x + r * n, (size_t)n, (size_t)block);
-    return 0;
+    return sim_fp4("sim_fp4_e4m3", tide_sim_fp4_e4m3, x, rows, n, block, st);
 }
 
 int tide_cuda_argmax(const float *logits, int64_t rows, int64_t vocab, int32_t *out, tide_cuda_stream stream,

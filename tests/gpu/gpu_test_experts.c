@@ -277,13 +277,7 @@ int main(void) {
     gu_ctx c;
     gu_init(&c, "gpu_test_experts");
     gu_rng rng = {c.seed};
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    tide_pool *pool = NULL;
-    tide_status st = {0};
-    if (tide_pool_create(ncpu > 16 ? 16 : ncpu < 1 ? 1 : (int)ncpu, &pool, &st) != 0) {
-        fprintf(stderr, "%s\n", st.msg);
-        return 2;
-    }
+    tide_pool *pool = gu_pool();
     /* the released widths (D 5120, I 2304, 48 local experts, top-6) at
      * decode sizes (skinny tiles), then odd shapes: D, I not multiples of
      * the tiles or of 128, wide tiles (P >= 32 E), buckets of several

@@ -155,13 +155,7 @@ int main(void) {
     gu_ctx c;
     gu_init(&c, "gpu_test_gemm");
     gu_rng rng = {c.seed};
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    tide_pool *pool = NULL;
-    tide_status st = {0};
-    if (tide_pool_create(ncpu > 16 ? 16 : ncpu < 1 ? 1 : (int)ncpu, &pool, &st) != 0) {
-        fprintf(stderr, "%s\n", st.msg);
-        return 2;
-    }
+    tide_pool *pool = gu_pool();
     /* m <= 16 takes the skinny tile, larger m the wide one */
     static const shape big[] = {{1, 256, 512},     {77, 300, 1056}, {128, 128, 128}, {256, 512, 4096},
                                 {200, 1000, 2048}, {3, 40, 64},     {129, 257, 160}, {512, 2048, 7168},

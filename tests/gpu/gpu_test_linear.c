@@ -115,13 +115,7 @@ int main(void) {
     gu_ctx c;
     gu_init(&c, "gpu_test_linear");
     gu_rng rng = {c.seed};
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    tide_pool *pool = NULL;
-    tide_status st = {0};
-    if (tide_pool_create(ncpu > 16 ? 16 : ncpu < 1 ? 1 : (int)ncpu, &pool, &st) != 0) {
-        fprintf(stderr, "%s\n", st.msg);
-        return 2;
-    }
+    tide_pool *pool = gu_pool();
     enum { B = TIDE_CUDA_LIN_BF16_OUT, F = TIDE_CUDA_LIN_FAST };
     static const lcase big[] = {
         {129280, 5120, 1, 0, 0}, {129280, 5120, 4, 0, 0}, {129280, 5120, 2, 0, F}, {384, 5120, 64, 1, 0},

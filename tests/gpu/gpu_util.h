@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "base/threadpool.h"
 
 typedef struct {
     uint64_t s;
@@ -90,6 +91,19 @@ static inline void gu_result(gu_ctx *c, const char *name, int pass, const char *
 static inline int gu_finish(gu_ctx *c) {
     printf("%s: %d passed, %d failed (seed %llu)\n", c->prog, c->passed, c->failed, (unsigned long long)c->seed);
     return c->failed ? 1 : 0;
+}
+
+/* A worker pool for the CPU reference: the machine's cores, 1..16; exits 2
+ * when it cannot be made. */
+static inline tide_pool *gu_pool(void) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    tide_pool *pool = NULL;
+    tide_status st = {0};
+    if (tide_pool_create(ncpu > 16 ? 16 : ncpu < 1 ? 1 : (int)ncpu, &pool, &st) != 0) {
+        fprintf(stderr, "%s\n", st.msg);
+        exit(2);
+    }
+    return pool;
 }
 
 static inline void *gu_xmalloc(size_t n) {

@@ -40,6 +40,12 @@ static void *take(ds_plan *p, size_t bytes) {
     return p->base ? p->base + at : NULL;
 }
 
+/* Where the next slice will start (aligned), without taking anything. */
+static void *here(ds_plan *p) {
+    p->off = (p->off + DS_ALIGN - 1) / DS_ALIGN * DS_ALIGN;
+    return p->base ? p->base + p->off : NULL;
+}
+
 /* A slice that is filled with synthetic contents once allocated. */
 static void *take_fill(ds_plan *p, size_t count, size_t el, int kind, float scale, int32_t lo, int32_t hi) {
     void *v = take(p, count * el);
@@ -66,7 +72,7 @@ typedef struct {
     float *c_norm, *i_knorm, *gate_bias;
     ds_qw i_wq_b, e_wkv;
     float *e_w; /* engram mix weights [hc][D] */
-    uint8_t *experts; /* n_experts x (w1, s1, w3, s3, w2, s2) */
+    char *experts; /* start of take_experts' walk */
     tide_cuda_experts *ex;
 } ds_layer;
 
@@ -81,10 +87,23 @@ static ds_qw take_fp8(ds_plan *p, int64_t n, int64_t k) {
 }
 
 /* FP4 expert matrix [n][k]: packed e2m1 (uniform codes, RMS about 2.9) */
-static void take_fp4(ds_plan *p, int64_t n, int64_t k, uint8_t **w, uint8_t **s) {
+static void take_fp4(ds_plan *p, int64_t n, int64_t k, const uint8_t **w, const uint8_t **s) {
     int code = 127 - (int)lround(log2(2.9 * sqrt((double)k)));
     *w = take_fill(p, (size_t)(n * k / 2), 1, TIDE_CUDA_FILL_BYTES, 0, 0, 0);
     *s = take_fill(p, (size_t)(n * (k / 32)), 1, TIDE_CUDA_FILL_CODE, 0, code, code);
+}
+
+/* One layer's routed experts, in one walk: w1, w3 [I][D] and w2 [D][I] per
+ * expert. Planning takes them; over the allocation the same walk gives the
+ * expert table's pointers (ew may be NULL). */
+static void take_experts(ds_plan *p, int n_experts, int64_t D, int64_t I, tide_cuda_expert_weights *ew) {
+    for (int e = 0; e < n_experts; e++) {
+        tide_cuda_expert_weights x;
+        take_fp4(p, I, D, &x.w1, &x.w1_scale);
+        take_fp4(p, I, D, &x.w3, &x.w3_scale);
+        take_fp4(p, D, I, &x.w2, &x.w2_scale);
+        if (ew) ew[e] = x;
+    }
 }
 
 static uint16_t *take_bf16(ds_plan *p, int64_t n, int64_t k) {
@@ -197,15 +216,8 @@ static void plan_weights(tide_dstep *s, ds_plan *p) {
             L->e_wkv = take_fp8(p, (hc + 1) * D, s->ecols * s->ehd);
             L->e_w = take_f32(p, hc * D, 1.0f);
         }
-        /* routed experts: w1, w3 [I][D], w2 [D][I] each */
-        L->experts = NULL;
-        for (int e = 0; e < r->n_routed_experts; e++) {
-            uint8_t *w, *sc;
-            take_fp4(p, s->I, D, &w, &sc);
-            if (e == 0) L->experts = w;
-            take_fp4(p, s->I, D, &w, &sc);
-            take_fp4(p, D, s->I, &w, &sc);
-        }
+        L->experts = here(p); /* the experts' walk starts here (make_experts replays it) */
+        take_experts(p, r->n_routed_experts, D, s->I, NULL);
     }
     s->head = take_f32(p, s->V * D, (float)(1.0 / sqrt((double)D)));
     s->norm = take_f32(p, D, 1.0f);
@@ -455,20 +467,8 @@ static int make_experts(tide_dstep *s, tide_status *st) {
         int E = s->cfg.roles[i].n_routed_experts;
         ew = realloc(ew, (size_t)E * sizeof *ew);
         if (!ew) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
-        /* the same walk as plan_weights: w1, s1, w3, s3, w2, s2 per expert */
-        ds_plan p = {(char *)s->L[i].experts, 0, NULL, 0, 0};
-        for (int e = 0; e < E; e++) {
-            uint8_t *w, *sc;
-            take_fp4(&p, s->I, s->D, &w, &sc);
-            ew[e].w1 = w;
-            ew[e].w1_scale = sc;
-            take_fp4(&p, s->I, s->D, &w, &sc);
-            ew[e].w3 = w;
-            ew[e].w3_scale = sc;
-            take_fp4(&p, s->D, s->I, &w, &sc);
-            ew[e].w2 = w;
-            ew[e].w2_scale = sc;
-        }
+        ds_plan p = {s->L[i].experts, 0, NULL, 0, 0};
+        take_experts(&p, E, s->D, s->I, ew);
         rc = tide_cuda_experts_create(ew, E, s->D, s->I, &s->L[i].ex, st);
     }
     free(ew);
@@ -899,10 +899,9 @@ int tide_dstep_check_output(tide_dstep *s, int64_t *finite, int64_t *total, int3
     int64_t lr = s->o.prefill ? 1 : s->rows, n = lr * s->V;
     *finite = *total = 0;
     *argmax0 = -1;
-    if (tide_cuda_stream_sync(s->stream, st) != 0) return -1;
     float *h = malloc((size_t)n * sizeof(float));
     if (!h) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
-    int rc = tide_cuda_download(h, s->logits, (size_t)n * sizeof(float), st);
+    int rc = tide_dstep_logits(s, h, n, st);
     if (rc == 0) rc = tide_cuda_download(argmax0, s->amax, sizeof(int32_t), st);
     if (rc == 0)
         for (int64_t j = 0; j < n; j++) *finite += isfinite(h[j]) != 0;
