@@ -83,6 +83,9 @@ static int check_dims(const tide_config *cfg, tide_status *st) {
         return tide_fail(st, TIDE_ERR_UNSUPPORTED,
                          T "num_key_value_heads = %lld: V4.1 attention has one shared K=V vector (must be 1)",
                          (long long)x->num_key_value_heads);
+    if (x->qk_rope_head_dim > TIDE_MAX_ROPE_DIM)
+        return tide_fail(st, TIDE_ERR_UNSUPPORTED, T "qk_rope_head_dim = %lld: tide's forward pass supports at most %d",
+                         (long long)x->qk_rope_head_dim, TIDE_MAX_ROPE_DIM);
     if (x->qk_rope_head_dim % 2 || x->qk_rope_head_dim > x->head_dim || x->qk_rope_head_dim > x->index_head_dim)
         return tide_fail(st, TIDE_ERR_INVALID,
                          T "qk_rope_head_dim = %lld must be even and fit in head_dim (%lld) and index_head_dim (%lld)",
@@ -96,7 +99,9 @@ static int check_dims(const tide_config *cfg, tide_status *st) {
                          (long long)(x->o_groups * x->o_lora_rank));
     if (!(x->rms_norm_eps > 0))
         return tide_fail(st, TIDE_ERR_INVALID, T "rms_norm_eps must be positive (found %g)", x->rms_norm_eps);
-    if (cfg->image_token_id < 0 || cfg->image_token_id >= x->vocab_size)
+    /* -1: a text-only config that names no image token (config.c). */
+    if (cfg->image_token_id < -1 || cfg->image_token_id >= x->vocab_size ||
+        (cfg->image_token_id < 0 && cfg->vision.num_hidden_layers > 0))
         return tide_fail(st, TIDE_ERR_INVALID, "image_token_id = %lld is outside the vocabulary (%lld)",
                          (long long)cfg->image_token_id, (long long)x->vocab_size);
     return 0;
@@ -183,8 +188,11 @@ static int check_layers(const tide_config *cfg, tide_status *st) {
                          x->n_compress_ratios, (long long)(L + M));
     for (int i = 0; i < x->n_compress_ratios; i++) {
         int r = x->compress_ratios[i];
-        if (r < 0 || r > 1024)
-            return tide_fail(st, TIDE_ERR_INVALID, T "compress_ratios[%d] = %d must be in 0..1024", i, r);
+        if (r < 0 || r > TIDE_MAX_COMPRESS_RATIO)
+            return tide_fail(st, r < 0 ? TIDE_ERR_INVALID : TIDE_ERR_UNSUPPORTED,
+                             T "compress_ratios[%d] = %d must be in 0..%d (the forward pass holds one partial "
+                               "group of at most that many tokens per sequence)",
+                             i, r, TIDE_MAX_COMPRESS_RATIO);
         if (i >= L && r != 0)
             return tide_fail(st, TIDE_ERR_INVALID,
                              T "compress_ratios[%d] = %d: layer %d is DSpark stage %lld, which must be "
