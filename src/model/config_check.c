@@ -260,14 +260,18 @@ int tide_config_engram_primes(const tide_config *cfg, int64_t *primes, int cap, 
     const tide_text_config *x = &cfg->text;
     if (x->engram_max_ngram_size < 1 || x->engram_max_ngram_size > 64 || x->engram_n_heads < 0 ||
         x->engram_n_heads > 4096 || x->n_engram_layer_ids < 0 || x->n_engram_layer_ids > TIDE_MAX_ENGRAM_LAYERS)
-        return tide_fail(st, TIDE_ERR_INVALID, "engram primes: engram_max_ngram_size or engram_n_heads out of range");
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         T "engram_max_ngram_size = %lld or engram_n_heads = %lld is out of range for the engram "
+                           "bucket primes",
+                         (long long)x->engram_max_ngram_size, (long long)x->engram_n_heads);
     int64_t per = (x->engram_max_ngram_size - 1) * x->engram_n_heads;
     int64_t total = per * x->n_engram_layer_ids;
     /* 2^40 keeps a layer's sum of primes (its table rows) far inside int64. */
     if (per < 0 || total > cap || x->engram_vocab_size < 1 || x->engram_vocab_size > ((int64_t)1 << 40))
         return tide_fail(st, TIDE_ERR_INVALID,
-                         "engram primes: need %lld slots (have %d) and 1 <= engram_vocab_size <= 2^40",
-                         (long long)total, cap);
+                         T "engram bucket primes: need %lld slots (have %d) and 1 <= engram_vocab_size <= 2^40 "
+                           "(found %lld)",
+                         (long long)total, cap, (long long)x->engram_vocab_size);
     int64_t largest = 0;
     int k = 0;
     for (int layer = 0; layer < x->n_engram_layer_ids; layer++)
@@ -301,7 +305,7 @@ static int check_engram(const tide_text_config *x, const tide_config *cfg, tide_
         return tide_fail(st, TIDE_ERR_INVALID, T "engram_pad_token_id = %lld is outside the vocabulary",
                          (long long)x->engram_pad_token_id);
     int64_t primes[MAX_PRIMES];
-    if (tide_config_engram_primes(cfg, primes, MAX_PRIMES, st)) return tide_fail_ctx(st, T "engram");
+    if (tide_config_engram_primes(cfg, primes, MAX_PRIMES, st)) return -1; /* its message names the field */
     int per = (int)((x->engram_max_ngram_size - 1) * x->engram_n_heads);
     for (int l = 0; l < x->n_engram_layer_ids; l++) {
         int64_t sum = 0;
