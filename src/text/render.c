@@ -90,6 +90,11 @@ static int render_tools(rbuf *r, const tide_conv *c, tide_status *st) {
         const tide_tool *t = &c->tools[i];
         if (i) tide_sb_addc(b, '\n');
         size_t at = b->len;
+        if (t->shown) { /* the client's own definition, as the release writes it */
+            if (tide_pyjson_dump(b, t->shown, st) != 0) return tide_fail_ctx(st, "tool \"%s\"", t->name);
+            plain(r, at);
+            continue;
+        }
         tide_sb_add(b, "{\"name\": ");
         tide_pyjson_string(b, t->name, strlen(t->name));
         if (t->description) {
@@ -166,12 +171,14 @@ static int render_calls(rbuf *r, const tide_msg *m, tide_status *st) {
 }
 
 /* Position of a tool result among the calls of the latest assistant message
- * that made calls; unknown ids sort as call 0 (the reference's rule). */
+ * that made calls; unknown ids sort as call 0 and, when calls share an id,
+ * the last of them decides (the release maps each id to its last index). */
 static size_t call_rank(const tide_msg *calls_msg, const tide_msg *result) {
-    if (!calls_msg || !result->tool_call_id) return 0;
+    if (!calls_msg || !result->tool_call_id || !result->tool_call_id[0]) return 0;
+    size_t rank = 0;
     for (size_t i = 0; i < calls_msg->n_calls; i++)
-        if (calls_msg->calls[i].id && strcmp(calls_msg->calls[i].id, result->tool_call_id) == 0) return i;
-    return 0;
+        if (calls_msg->calls[i].id && strcmp(calls_msg->calls[i].id, result->tool_call_id) == 0) rank = i;
+    return rank;
 }
 
 static int has_ids(const tide_msg *m) {
@@ -297,7 +304,7 @@ static int render_units(rbuf *r, const tide_conv *c, const unit *u, size_t n, in
             }
             add_plain(r, m->content, strlen(m->content));
             if (m->n_calls && render_calls(r, m, st) != 0) return -1;
-            if (!is_last) tide_sb_add(b, TIDE_TOK_EOS); /* a final assistant message is continued */
+            if (!is_last || !c->continue_final) tide_sb_add(b, TIDE_TOK_EOS); /* unless continued (prefill) */
             if (m->n_calls) calls_msg = m;
             break;
         }
