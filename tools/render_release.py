@@ -358,6 +358,11 @@ def edge_cases():
     add("dev_args_lone_surrogate", {"messages": [u, {"role": "assistant", "content": "", "tool_calls": [
         {"id": "x", "type": "function", "function": {"name": "f", "arguments": "{\"s\": \"\\ud800\"}"}}]}]},
         )
+    add("dev_args_nul", {"messages": [u, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "x", "type": "function", "function": {"name": "f", "arguments": "{\"s\": \"a\\u0000b\"}"}}]}]},
+        "nul")
+    add("dev_args_lone_surrogate_outer", {"messages": [u, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "x", "type": "function", "function": {"name": "f", "arguments": "\"\\ud800\""}}]}]})
     return cases
 
 

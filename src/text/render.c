@@ -113,19 +113,40 @@ static int render_tools(rbuf *r, const tide_conv *c, tide_status *st) {
     return 0;
 }
 
+/* The arguments as the release reads them: json.loads, applied once more
+ * when the first gives a string (double-encoded). 0 with *doc holding an
+ * object to render key by key; 0 with doc->root NULL when they are to be
+ * passed whole (not JSON, or not an object); -1 when tide refuses them. */
+static int load_arguments(const char *arguments, tide_pyjson_doc *doc, tide_status *st) {
+    if (tide_pyjson_load(arguments, strlen(arguments), doc, st) != 0)
+        return st->code == TIDE_ERR_FORMAT ? 0 : -1;
+    if (json_is_string(doc->root)) {
+        tide_pyjson_doc inner;
+        int rc = tide_pyjson_load(json_string_value(doc->root), json_string_length(doc->root), &inner, st);
+        tide_pyjson_doc_free(doc);
+        if (rc != 0) return st->code == TIDE_ERR_FORMAT ? 0 : -1;
+        *doc = inner;
+    }
+    if (!json_is_object(doc->root)) {
+        tide_pyjson_doc_free(doc);
+        return 0;
+    }
+    if (doc->has_nul || doc->lone_surrogate) { /* no prompt can hold them */
+        const char *what = doc->has_nul ? "a NUL character" : "an unpaired surrogate (\\ud800-\\udfff)";
+        tide_pyjson_doc_free(doc);
+        return tide_fail(st, TIDE_ERR_INVALID, "the arguments hold %s", what);
+    }
+    return 0;
+}
+
 /* Arguments as DSML parameters. A JSON object (possibly double-encoded as
  * a JSON string) gives one parameter per key, strings raw and the rest as
  * JSON; anything else is passed whole as a string parameter "arguments". */
 static int render_arguments(rbuf *r, const char *arguments, tide_status *st) {
     tide_sb *b = &r->b;
-    json_t *v = json_loads(arguments, JSON_DECODE_ANY, NULL);
-    if (json_is_string(v)) {
-        json_t *inner = json_loads(json_string_value(v), JSON_DECODE_ANY, NULL);
-        json_decref(v);
-        v = inner;
-    }
-    if (!json_is_object(v)) {
-        json_decref(v);
+    tide_pyjson_doc doc;
+    if (load_arguments(arguments, &doc, st) != 0) return -1;
+    if (!doc.root) {
         tide_sb_add(b, TIDE_DSML_PARAM_OPEN "arguments\" string=\"true\">");
         add_plain(r, arguments, strlen(arguments));
         tide_sb_add(b, TIDE_DSML_PARAM_CLOSE);
@@ -134,23 +155,23 @@ static int render_arguments(rbuf *r, const char *arguments, tide_status *st) {
     const char *key;
     json_t *x;
     int first = 1, rc = 0;
-    json_object_foreach(v, key, x) {
+    json_object_foreach(doc.root, key, x) {
         if (!first) tide_sb_addc(b, '\n');
         first = 0;
         tide_sb_add(b, TIDE_DSML_PARAM_OPEN);
         add_plain(r, key, strlen(key));
-        if (json_is_string(x)) {
+        if (json_is_string(x) && !tide_pyjson_doc_is_raw(&doc, x)) {
             tide_sb_add(b, "\" string=\"true\">");
             add_plain(r, json_string_value(x), json_string_length(x));
         } else {
             tide_sb_add(b, "\" string=\"false\">");
             size_t at = b->len;
-            if ((rc = tide_pyjson_dump(b, x, st)) != 0) break;
+            if ((rc = tide_pyjson_doc_dump(b, &doc, x, st)) != 0) break;
             plain(r, at);
         }
         tide_sb_add(b, TIDE_DSML_PARAM_CLOSE);
     }
-    json_decref(v);
+    tide_pyjson_doc_free(&doc);
     return rc;
 }
 
