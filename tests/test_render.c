@@ -240,6 +240,30 @@ static void check_float(double d, const char *want) {
     tide_sb_free(&b);
 }
 
+/* A new temporary file at path (a mkstemp template), open for writing. */
+static FILE *scratch(char *path) {
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    return f;
+}
+
+/* Runs `script` (Python, with sys and json imported) on the file at path,
+ * which it removes, and requires its output to be `mine`. */
+static void python_agrees(const char *path, const char *script, const char *mine) {
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s -c 'import sys,json\n%s' %s", TIDE_PYTHON, script, path);
+    assert_int_equal(tu_system(cmd, &out), 0);
+    remove(path);
+    if (strcmp(out, mine) != 0) {
+        const char *a = out, *b = mine;
+        while (*a && *a == *b) a++, b++;
+        fail_msg("differs from Python:\n python: %.120s\n tide:   %.120s", a, b);
+    }
+    free(out);
+}
+
 static void test_pyjson(void **state) {
     (void)state;
     check_float(0.0, "0.0"), check_float(-0.0, "-0.0"), check_float(1.0, "1.0");
@@ -250,9 +274,7 @@ static void test_pyjson(void **state) {
     /* Compare against Python on fresh random doubles. */
     tu_rng r = {tu_seed()};
     char path[] = "/tmp/tide_pyjson_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
+    FILE *f = scratch(path);
     tide_sb mine;
     tide_sb_init(&mine);
     for (int i = 0; i < 300; i++) {
@@ -262,14 +284,7 @@ static void test_pyjson(void **state) {
         tide_sb_addc(&mine, '\n');
     }
     fclose(f);
-    char cmd[512], *out = NULL;
-    snprintf(cmd, sizeof cmd,
-             "%s -c 'import sys,json\nfor l in open(sys.argv[1]): print(json.dumps(float.fromhex(l.strip())))' %s",
-             TIDE_PYTHON, path);
-    assert_int_equal(tu_system(cmd, &out), 0);
-    assert_string_equal(out, mine.s);
-    free(out);
-    remove(path);
+    python_agrees(path, "for l in open(sys.argv[1]): print(json.dumps(float.fromhex(l.strip())))", mine.s);
     tide_sb_free(&mine);
 }
 
@@ -314,9 +329,7 @@ static void test_pyjson_load(void **state) {
     (void)state;
     tu_rng r = {tu_seed()};
     char path[] = "/tmp/tide_pyjson_load_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
+    FILE *f = scratch(path);
     tide_sb mine;
     tide_sb_init(&mine);
     for (int i = 0; i < 300; i++) {
@@ -338,19 +351,10 @@ static void test_pyjson_load(void **state) {
         tide_sb_free(&in);
     }
     fclose(f);
-    char cmd[640], *out = NULL;
-    snprintf(cmd, sizeof cmd,
-             "%s -c 'import sys,json\nfor l in open(sys.argv[1], encoding=\"utf-8\"):\n"
-             " try: print(json.dumps(json.loads(l), ensure_ascii=False))\n except ValueError: print(\"ERR\")' %s",
-             TIDE_PYTHON, path);
-    assert_int_equal(tu_system(cmd, &out), 0);
-    if (strcmp(out, mine.s) != 0) {
-        const char *a = out, *b = mine.s;
-        while (*a && *a == *b) a++, b++;
-        fail_msg("differs from Python:\n python: %.120s\n tide:   %.120s", a, b);
-    }
-    free(out);
-    remove(path);
+    python_agrees(path,
+                  "for l in open(sys.argv[1], encoding=\"utf-8\"):\n"
+                  " try: print(json.dumps(json.loads(l), ensure_ascii=False))\n except ValueError: print(\"ERR\")",
+                  mine.s);
     tide_sb_free(&mine);
     /* What tide refuses, and what json.loads would not read. */
     tide_pyjson_doc doc;

@@ -199,91 +199,53 @@ static int string(lexer *x, json_t **out) {
 
 static int value(lexer *x, int depth, json_t **out);
 
-static int array(lexer *x, int depth, json_t **out) {
-    json_t *a = json_array();
-    if (!a) return oom(x);
-    x->i++;
-    skip_ws(x);
-    if (x->i < x->n && x->s[x->i] == ']') {
-        x->i++;
-        *out = a;
-        return 0;
-    }
-    for (;;) {
-        json_t *v;
-        if (value(x, depth + 1, &v) != 0) break;
-        if (json_array_append_new(a, v) != 0) {
-            oom(x);
-            break;
-        }
-        skip_ws(x);
-        if (x->i < x->n && x->s[x->i] == ',') {
-            x->i++;
-            continue;
-        }
-        if (x->i < x->n && x->s[x->i] == ']') {
-            x->i++;
-            *out = a;
-            return 0;
-        }
-        not_json(x, "expected , or ]");
-        break;
-    }
-    json_decref(a);
-    return -1;
+static int element(lexer *x, int depth, json_t *a) {
+    json_t *v;
+    if (value(x, depth + 1, &v) != 0) return -1;
+    return json_array_append_new(a, v) == 0 ? 0 : oom(x);
 }
 
-static int object(lexer *x, int depth, json_t **out) {
-    json_t *o = json_object();
-    if (!o) return oom(x);
+static int member(lexer *x, int depth, json_t *o) {
+    json_t *k, *v = NULL;
+    skip_ws(x);
+    if (x->i >= x->n || x->s[x->i] != '"') return not_json(x, "expected a key");
+    if (string(x, &k) != 0) return -1;
+    skip_ws(x);
+    int rc = x->i < x->n && x->s[x->i] == ':' ? 0 : not_json(x, "expected :");
+    if (rc == 0) x->i++, rc = value(x, depth + 1, &v);
+    /* Replacing keeps the key's first place: a Python dict's rule. */
+    if (rc == 0 && json_object_setn_new_nocheck(o, json_string_value(k), json_string_length(k), v) != 0)
+        rc = oom(x);
+    json_decref(k);
+    return rc;
+}
+
+/* An array or an object: members separated by commas, up to the bracket. */
+static int container(lexer *x, int depth, json_t **out) {
+    int is_obj = x->s[x->i] == '{';
+    char close = is_obj ? '}' : ']';
+    json_t *c = is_obj ? json_object() : json_array();
+    if (!c) return oom(x);
     x->i++;
     skip_ws(x);
-    if (x->i < x->n && x->s[x->i] == '}') {
-        x->i++;
-        *out = o;
-        return 0;
-    }
-    for (;;) {
-        json_t *k = NULL, *v = NULL;
-        skip_ws(x);
-        if (x->i >= x->n || x->s[x->i] != '"') {
-            not_json(x, "expected a key");
-            break;
-        }
-        if (string(x, &k) != 0) break;
-        skip_ws(x);
-        if (x->i >= x->n || x->s[x->i] != ':') {
-            json_decref(k);
-            not_json(x, "expected :");
-            break;
-        }
-        x->i++;
-        if (value(x, depth + 1, &v) != 0) {
-            json_decref(k);
-            break;
-        }
-        /* Replacing keeps the key's first place: a Python dict's rule. */
-        int rc = json_object_setn_new_nocheck(o, json_string_value(k), json_string_length(k), v);
-        json_decref(k);
-        if (rc != 0) {
-            oom(x);
-            break;
+    int more = !(x->i < x->n && x->s[x->i] == close);
+    while (more) {
+        if ((is_obj ? member(x, depth, c) : element(x, depth, c)) != 0) {
+            json_decref(c);
+            return -1;
         }
         skip_ws(x);
         if (x->i < x->n && x->s[x->i] == ',') {
             x->i++;
             continue;
         }
-        if (x->i < x->n && x->s[x->i] == '}') {
-            x->i++;
-            *out = o;
-            return 0;
-        }
-        not_json(x, "expected , or }");
-        break;
+        if (x->i < x->n && x->s[x->i] == close) break;
+        json_decref(c);
+        return not_json(x, is_obj ? "expected , or }" : "expected , or ]");
     }
-    json_decref(o);
-    return -1;
+    x->i++; /* the closing bracket */
+    *out = c;
+    return 0;
 }
 
 static int value(lexer *x, int depth, json_t **out) {
@@ -303,8 +265,7 @@ static int value(lexer *x, int depth, json_t **out) {
         return 0;
     }
     char c = x->s[x->i];
-    if (c == '{') return object(x, depth, out);
-    if (c == '[') return array(x, depth, out);
+    if (c == '{' || c == '[') return container(x, depth, out);
     if (c == '"') return string(x, out);
     if (c == '-' || (c >= '0' && c <= '9')) return number(x, out);
     return not_json(x, "expected a value");
