@@ -284,7 +284,7 @@ int tide_pyjson_load(const char *s, size_t n, tide_pyjson_doc *doc, tide_status 
         skip_ws(&x);
         if (x.i == n) {
             doc->root = v;
-            qsort(doc->raw, doc->n_raw, sizeof *doc->raw, by_address);
+            if (doc->n_raw) qsort(doc->raw, doc->n_raw, sizeof *doc->raw, by_address);
             return 0;
         }
         json_decref(v);
