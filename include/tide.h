@@ -139,9 +139,12 @@ typedef struct tide_request {
     const int32_t *prompt;     /* n_prompt >= 1 token ids (copied) */
     int64_t n_prompt;
     /* Sampling and stop conditions (tide_sampling_params_default(); arrays
-     * are copied). max_tokens must be >= 1. stop_tokens end the request;
-     * add EOS there unless EOS should be ignored. */
+     * are copied). max_tokens must be >= 1. stop_tokens end the request. */
     tide_sampling_params sampling;
+    /* 1: the model's end-of-sequence ids (tide_engine_eos_tokens) end the
+     * request too, as if appended to stop_tokens; 0 (default): only
+     * stop_tokens and max_tokens do ("ignore_eos"). */
+    int stop_at_eos;
     int has_seed;              /* 0: the engine derives a seed (reported in tide_request_info) */
     void *user;                /* handed back in events */
     /* Prefix-cache isolation: requests share cached pages only with requests
@@ -162,6 +165,10 @@ int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *i
 int tide_engine_step(tide_engine *e, tide_status *st);
 /* Steps until no request is waiting or running. */
 int tide_engine_run(tide_engine *e, tide_status *st);
+/* The model's end-of-sequence ids: generation_config.json's eos_token_id,
+ * else config.json's (model/gen_config.h); *ids stays valid for the
+ * engine's life. Returns how many (0: the checkpoint names none). */
+int tide_engine_eos_tokens(const tide_engine *e, const int32_t **ids);
 /* Whether any request is waiting or running. */
 int tide_engine_busy(const tide_engine *e);
 

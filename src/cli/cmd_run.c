@@ -51,7 +51,8 @@ static void usage(FILE *f) {
             "  --output FILE        JSONL results ('-' = stdout; default)\n"
             "  --max-tokens N       tokens to generate (default 16; JSONL: per line)\n"
             "  --threads N          worker threads (default 2)\n"
-            "  --ignore-eos         keep going after the end-of-sentence token (id 1)\n"
+            "  --ignore-eos         keep going after the model's end-of-sequence ids\n"
+            "                       (generation_config.json / config.json eos_token_id)\n"
             "  --chunk N            prefill chunk size (default: the step budget)\n"
             "  --max-seqs N         requests running at once (default 64)\n"
             "  --step-tokens N      token budget of one step (default 512)\n"
@@ -251,15 +252,6 @@ static void print_token(void *ctx, const tide_event *ev) {
     if (tide_out_write(&w->out, s, (size_t)n, &w->st) != 0) w->failed = 1;
 }
 
-/* The model's end-of-sequence ids end the request unless --ignore-eos. */
-static int run_stop_tokens(const tide_engine *e, const run_opts *o, tide_sampling_params *p) {
-    static const int32_t eos = TIDE_JSONL_EOS_ID;
-    (void)e;
-    p->stop_tokens = o->ignore_eos ? NULL : &eos;
-    p->n_stop_tokens = o->ignore_eos ? 0 : 1;
-    return 0;
-}
-
 static int run_ids(const run_opts *o) {
     int32_t *prompt;
     int64_t n_prompt;
@@ -290,7 +282,7 @@ static int run_ids(const run_opts *o) {
         r.n_prompt = n_prompt;
         r.sampling.temperature = 0;
         r.sampling.max_tokens = o->max_tokens;
-        if (run_stop_tokens(e, o, &r.sampling) != 0) goto done;
+        r.stop_at_eos = !o->ignore_eos;
         if (tide_engine_submit(e, &r, &id, &st) != 0) goto done;
         while (tide_engine_busy(e) && !w.failed)
             if (tide_engine_step(e, &st) != 0) goto done;

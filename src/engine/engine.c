@@ -38,6 +38,7 @@
 #include "engine/sampler.h"
 #include "engine/sched.h"
 #include "model/forward.h"
+#include "model/gen_config.h"
 #include "model/model.h"
 
 struct tide_engine {
@@ -47,6 +48,7 @@ struct tide_engine {
     tide_fwd_ctx *fx;
     tide_sched sched;
     int64_t vocab;
+    tide_gen_config gen;      /* the model's EOS ids */
     tide_sampler_ws *ws;      /* one per pool thread */
     int n_ws;
     uint32_t *allow;          /* every token but the image token (it cannot be fed back) */
@@ -182,6 +184,10 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
     else if (tide_model_load(cfg->model_dir, &e->own_model, st) != 0) goto fail;
     else e->m = e->own_model;
     e->vocab = e->m->cfg.text.vocab_size;
+    if (cfg->model_dir && tide_gen_config_read(cfg->model_dir, e->vocab, &e->gen, st) != 0) goto fail;
+    if (cfg->model_dir && e->gen.n_eos == 0)
+        tide_log(TIDE_LOG_WARN, "engine: %s names no eos_token_id (generation_config.json, config.json): "
+                 "requests end only at max_tokens or their own stop tokens", cfg->model_dir);
     tide_fwd_opts o = tide_fwd_default_opts();
     o.ref_layout = !cfg->canonical_layout;
     o.index_key_quirk = cfg->index_key_quirk;
@@ -257,6 +263,11 @@ void tide_engine_destroy(tide_engine *e) {
 
 int64_t tide_engine_vocab_size(const tide_engine *e) { return e->vocab; }
 
+int tide_engine_eos_tokens(const tide_engine *e, const int32_t **ids) {
+    *ids = e->gen.eos;
+    return e->gen.n_eos;
+}
+
 static tide_req *find(const tide_engine *e, tide_request_id id) {
     int64_t lo = 0, hi = e->n_all;
     while (lo < hi) {
@@ -272,9 +283,9 @@ int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *i
     if (!tide_engine_busy(e)) e->fwd_end = -1; /* idle until now: no gap to measure */
     uint64_t seed = tide_rng_derive_seed(e->cfg.seed, (uint64_t)e->next_id);
     tide_req *q;
-    if (tide_req_create(r, e->vocab, e->m->cfg.image_token_id, e->m->cfg.text.max_position_embeddings, seed,
-                        &q, st) != 0)
-        return -1;
+    const tide_req_model rm = {e->vocab, (int32_t)e->m->cfg.image_token_id, e->m->cfg.text.max_position_embeddings,
+                               e->gen.eos, e->gen.n_eos};
+    if (tide_req_create(r, &rm, seed, &q, st) != 0) return -1;
     /* the last token is never fed, so the cache holds n_prompt + max_tokens - 1 positions */
     int64_t nb = tide_sched_blocks_for(&e->sched, q->n_prompt + q->sp.max_tokens - 1);
     if (nb > e->cfg.kv_blocks) {

@@ -6,7 +6,8 @@
 #include "tide.h"
 
 /* Like tide_engine_create, but over a model the caller loaded and keeps
- * (cfg->model_dir is ignored; m must outlive the engine). Lets tests and
+ * (m must outlive the engine; cfg->model_dir, when set, is read only for
+ * the EOS ids: model/gen_config.h). Lets tests and
  * embedders run several engines on one loaded checkpoint. */
 int tide_engine_create_with_model(const tide_engine_config *cfg, const tide_model *m, tide_engine **out,
                                   tide_status *st);
