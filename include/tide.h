@@ -117,6 +117,14 @@ typedef struct tide_engine_config {
      * writes are saved, and in the chunking-invariant mode the result is
      * exactly that of a cold prefill. */
     int64_t prefix_replay;
+    /* Pages a request computes after a bounded-replay hit (prefix_replay >=
+     * 0 and the hit longer than it) follow the replay's approximation of
+     * the window rings, and so do those after a hit on such a page. 0
+     * (default): they stay private to the request, so the approximation
+     * never spreads to later requests; 1: they are cached too (marked
+     * inexact; counted in tide_engine_stats). docs/engine.md, "Inexact
+     * pages". */
+    int prefix_cache_inexact;
     tide_event_fn on_event;    /* optional */
     void *event_ctx;
     /* Overlapped scheduling (docs/engine.md, "Overlapped scheduling"):
@@ -231,6 +239,9 @@ typedef struct tide_engine_stats {
     int64_t prefix_pages_cached;  /* pages with an entry (reusable), in use or not */
     int64_t prefix_pages_idle;    /* cached pages nobody uses: evictable */
     int64_t prefix_evictions;     /* cached pages evicted (their blocks reclaimed) */
+    int64_t prefix_inexact_admissions; /* admissions after a bounded replay or an inexact hit */
+    int64_t prefix_pages_withheld;     /* inexact pages kept out of the cache (prefix_cache_inexact 0) */
+    int64_t prefix_pages_inexact;      /* inexact pages registered (prefix_cache_inexact 1) */
     int64_t kv_blocks_cached;     /* blocks held only by idle cached pages (reclaimable) */
     /* Step phases (docs/engine.md, "Overlapped scheduling"): wall-clock
      * seconds on the thread that drives the engine. prepare = planning

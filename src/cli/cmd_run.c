@@ -71,6 +71,8 @@ static void usage(FILE *f) {
             "                       attention windows (default 140); 'full' = the whole\n"
             "                       prefix (exactly a cold prefill with --canonical-layout\n"
             "                       --no-index-quirk)\n"
+            "  --prefix-cache-inexact  also cache the pages computed after a bounded-replay\n"
+            "                       hit (default: they stay private: docs/engine.md)\n"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
             "pages only with requests of the same salt (docs/engine.md).\n");
 }
@@ -113,7 +115,7 @@ typedef struct run_opts {
     const char *model_dir, *ids_s, *input, *output;
     long long max_tokens, chunk, max_seqs, step_tokens, kv_blocks, kv_block, threads, page_tokens, prefix_replay;
     unsigned long long seed;
-    int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap;
+    int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
 } run_opts;
 
 /* Returns -1 on success, else the exit code. */
@@ -194,6 +196,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             }
             o->prefix_replay = x;
             i++;
+        } else if (!strcmp(a, "--prefix-cache-inexact")) {
+            o->cache_inexact = 1;
         } else if (!strcmp(a, "--no-prefix-cache")) {
             o->no_prefix_cache = 1;
         } else if (!strcmp(a, "--no-index-quirk")) {
@@ -231,6 +235,7 @@ static tide_engine_config engine_config(const run_opts *o) {
     c.prefix_cache = !o->no_prefix_cache;
     c.page_tokens = o->page_tokens;
     c.prefix_replay = o->prefix_replay;
+    c.prefix_cache_inexact = o->cache_inexact;
     return c;
 }
 

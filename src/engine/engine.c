@@ -141,6 +141,9 @@ static int check_config(const tide_engine_config *c, int have_model, tide_status
                          (long long)c->prefill_chunk, (long long)c->max_step_tokens);
     if (c->prefix_cache != 0 && c->prefix_cache != 1)
         return tide_fail(st, TIDE_ERR_INVALID, "engine: prefix_cache %d is not 0 (off) or 1 (on)", c->prefix_cache);
+    if (c->prefix_cache_inexact != 0 && c->prefix_cache_inexact != 1)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: prefix_cache_inexact %d is not 0 (off) or 1 (on)",
+                         c->prefix_cache_inexact);
     if (c->overlap != 0 && c->overlap != 1)
         return tide_fail(st, TIDE_ERR_INVALID, "engine: overlap %d is not 0 (off) or 1 (on)", c->overlap);
     /* page_tokens and prefix_replay need the model: checked by the scheduler */
@@ -200,7 +203,8 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
                          cfg->canonical_layout && !cfg->index_key_quirk,
                          cfg->prefix_cache,
                          cfg->page_tokens,
-                         cfg->prefix_replay};
+                         cfg->prefix_replay,
+                         cfg->prefix_cache_inexact};
     if (tide_sched_init(&e->sched, &sc, e->fx, st) != 0) goto fail;
     if (alloc_buffers(e, st) != 0) goto fail;
     /* the overlap's forward thread; without one the passes run inline */
@@ -651,6 +655,9 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
     s->prefix_pages_idle = ps.n_idle;
     s->prefix_evictions = ps.evicted;
     s->kv_blocks_cached = (int64_t)ps.n_idle * x->bpp;
+    s->prefix_inexact_admissions = x->inexact_admissions;
+    s->prefix_pages_withheld = x->withheld_pages;
+    s->prefix_pages_inexact = x->inexact_cached;
 }
 
 int64_t tide_engine_clear_prefix_cache(tide_engine *e) { return tide_sched_clear_prefix(&e->sched); }

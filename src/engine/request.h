@@ -34,6 +34,10 @@ typedef struct tide_req {
     int32_t *pages;
     int64_t n_pages, cap_pages;
     int64_t n_cached;         /* tokens whose KV came from the cache at the last admission */
+    /* pages [0, exact_pages) of its own are exact: the later ones follow a
+     * bounded replay (sched.h, "Inexact pages"); INT64_MAX when all are */
+    int64_t exact_pages;
+    int64_t n_withheld;       /* of its inexact pages, those kept out of the cache so far */
 } tide_req;
 
 /* What a request is checked against and completed with. */
