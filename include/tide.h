@@ -168,8 +168,14 @@ tide_request tide_request_default(void);
  * whole KV pool. */
 int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *id, tide_status *st);
 
-/* Runs one scheduler step (a no-op when idle). Fails only on an internal
- * error; requests that fail are finished with TIDE_FINISH_ERROR instead. */
+/* Runs one scheduler step (a no-op when idle). A failure inside the step
+ * fails the requests it concerns, not the call: they finish with
+ * TIDE_FINISH_ERROR and a message in tide_request_info.error (non-finite
+ * logits say so; a forward pass that fails in a batch is retried with each
+ * of its requests alone, so only a request that fails by itself is
+ * failed, and the others keep their exact tokens: docs/engine.md, "When a
+ * step fails"), and the engine goes on serving the rest. Returns -1 (st
+ * set) only when e is NULL. */
 int tide_engine_step(tide_engine *e, tide_status *st);
 /* Steps until no request is waiting or running. */
 int tide_engine_run(tide_engine *e, tide_status *st);
@@ -219,7 +225,8 @@ typedef struct tide_engine_stats {
     int64_t steps;
     int64_t tokens_fed;        /* tokens through the forward pass (prefill, recompute, decode) */
     int64_t tokens_generated;  /* tokens sampled */
-    int64_t preemptions;
+    int64_t preemptions;       /* includes the retries of failed passes */
+    int64_t failed_passes;     /* forward passes that failed (their requests retried alone or failed) */
     double step_seconds;       /* total time inside steps */
     double last_step_seconds;
     int64_t last_step_seqs;    /* sequences in the last step's batch */

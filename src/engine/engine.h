@@ -12,6 +12,12 @@
 int tide_engine_create_with_model(const tide_engine_config *cfg, const tide_model *m, tide_engine **out,
                                   tide_status *st);
 
+/* A fault injected for tests: called before every forward pass with the
+ * user pointers of the batch's requests (n of them); returning -1 (with st
+ * set) makes the pass fail as if the forward pass had. NULL removes it. */
+typedef int (*tide_engine_fault_fn)(void *ctx, void *const *users, int n, tide_status *st);
+void tide_engine_set_fault(tide_engine *e, tide_engine_fault_fn fn, void *ctx);
+
 /* Checks the KV pool's and the prefix cache's reference counts against
  * their holders (tide_sched_check). For tests. */
 int tide_engine_check(const tide_engine *e, tide_status *st);

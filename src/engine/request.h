@@ -27,6 +27,9 @@ typedef struct tide_req {
     int has_cache;
     tide_seq_cache cache;     /* valid while has_cache */
     int64_t n_preempted;
+    /* it was in a batch whose forward pass failed: its next pass runs it
+     * alone, to tell whether it is the one that fails (sched.h) */
+    int solo;
     /* Prefix cache (sched.c): the tenant salt, and while the request runs the
      * pages it references in order (page i = tokens [i*P, (i+1)*P)): the hit
      * pages its tables share, then the pages it filled itself. */

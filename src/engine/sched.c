@@ -361,6 +361,14 @@ static void preempt_last(tide_sched *s) {
     wq_push_front(s, v);
 }
 
+void tide_sched_retry_alone(tide_sched *s, tide_req *q) {
+    tide_sched_remove(s, q);
+    q->solo = 1;
+    q->n_preempted++;
+    s->preemptions++;
+    wq_push_front(s, q);
+}
+
 static void add(tide_sched *s, tide_req *q, int64_t pos, int64_t n, int64_t len) {
     tide_sched_item *it = &s->plan.items[s->plan.n_items++];
     it->req = q;
@@ -477,6 +485,7 @@ void tide_sched_make_plan(tide_sched *s) {
     }
     while (s->wq_n > 0 && s->n_running < s->cfg.max_seqs && budget > 0 && p->n_failed < s->cfg.max_seqs) {
         tide_req *q = wq_at(s, 0);
+        if (q->solo && p->n_items > 0) break; /* it waits for a pass of its own */
         int64_t frozen = prefix_lookup(s, q), start = 0;
         if (frozen > 0 && s->px.replay >= 0 && frozen > s->px.replay) start = frozen - s->px.replay;
         int64_t n = chunk_at(s, q, start, q->n_tokens, budget);
@@ -498,6 +507,7 @@ void tide_sched_make_plan(tide_sched *s) {
         add(s, q, start, n, q->n_tokens);
         planned += nb;
         budget -= n;
+        if (q->solo) break; /* nothing else in its pass */
     }
     reclaim(s, planned);
 }

@@ -140,6 +140,13 @@ int tide_sched_enqueue(tide_sched *s, tide_req *q, tide_status *st);
  * cache (never called on a request in flight while its pass runs). */
 void tide_sched_remove(tide_sched *s, tide_req *q);
 
+/* A failed pass (engine.c): q, one of its batch, goes back to the front of
+ * the queue without its cache (like a preemption: recomputed, with the same
+ * tokens) and is admitted alone (q->solo), so that a request whose pass
+ * fails by itself can be failed without failing the rest. Call for the
+ * batch newest first, to keep their order. */
+void tide_sched_retry_alone(tide_sched *s, tide_req *q);
+
 /* Plans the next step into s->plan (admitting and preempting as needed).
  * With a step in flight (s->flight) it plans from where that step will
  * leave its requests (see tide_sched's flight), so it may run while the
