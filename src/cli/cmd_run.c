@@ -71,6 +71,9 @@ static void usage(FILE *f) {
             "                       attention windows (default 140); 'full' = the whole\n"
             "                       prefix (exactly a cold prefill with --canonical-layout\n"
             "                       --no-index-quirk)\n"
+            "  --decoder-tail N     the decoder variant: prefills run the layers above the\n"
+            "                       last KV source on the last N tokens only; 'exact' = the\n"
+            "                       shortest exact tail (default 0: off; docs/engine.md)\n"
             "  --prefix-cache-inexact  also cache the pages computed after a bounded-replay\n"
             "                       hit (default: they stay private: docs/engine.md)\n"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
@@ -114,6 +117,7 @@ static int parse_ids(const char *s, int32_t **out, int64_t *n) {
 typedef struct run_opts {
     const char *model_dir, *ids_s, *input, *output;
     long long max_tokens, chunk, max_seqs, step_tokens, kv_blocks, kv_block, threads, page_tokens, prefix_replay;
+    long long decoder_tail;
     unsigned long long seed;
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
 } run_opts;
@@ -196,6 +200,17 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             }
             o->prefix_replay = x;
             i++;
+        } else if (!strcmp(a, "--decoder-tail") && v) {
+            char *end = NULL;
+            errno = 0;
+            long long x = strcmp(v, "exact") ? strtoll(v, &end, 10) : -1;
+            if (strcmp(v, "exact") && (*end || end == v || errno || x < 0 || x > (1 << 30))) {
+                fprintf(stderr, "tide run: --decoder-tail: '%s' is not a token count (0..%d) or 'exact'\n", v,
+                        1 << 30);
+                return TIDE_EXIT_USAGE;
+            }
+            o->decoder_tail = x;
+            i++;
         } else if (!strcmp(a, "--prefix-cache-inexact")) {
             o->cache_inexact = 1;
         } else if (!strcmp(a, "--no-prefix-cache")) {
@@ -236,6 +251,7 @@ static tide_engine_config engine_config(const run_opts *o) {
     c.page_tokens = o->page_tokens;
     c.prefix_replay = o->prefix_replay;
     c.prefix_cache_inexact = o->cache_inexact;
+    c.decoder_tail = o->decoder_tail;
     return c;
 }
 
