@@ -163,6 +163,17 @@ static inline int tn_has_tokenizer(const char *dir) {
     return 1;
 }
 
+/* n random token ids of m's vocabulary, never the image token. */
+static inline void tn_random_tokens(const tide_model *m, tu_rng *r, int32_t *out, int64_t n) {
+    int64_t V = m->cfg.text.vocab_size;
+    for (int64_t j = 0; j < n; j++) {
+        int32_t t;
+        do t = (int32_t)(tu_next(r) % (uint64_t)V);
+        while (t == m->cfg.image_token_id);
+        out[j] = t;
+    }
+}
+
 /* The fixture of the model-level tests: a synthetic checkpoint (tiny, or
  * $TIDE_TEST_SHAPE, e.g. small: slow) written to a fresh temporary directory
  * from a fresh seed (varied by salt, for several checkpoints in one run),

@@ -122,6 +122,19 @@ typedef struct run_opts {
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
 } run_opts;
 
+/* A flag's value: a token count 0..max, or `word` (-1). */
+static int count_or_word(const char *flag, const char *v, const char *word, long long max, long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long x = strcmp(v, word) ? strtoll(v, &end, 10) : -1;
+    if (strcmp(v, word) && (*end || end == v || errno || x < 0 || x > max)) {
+        fprintf(stderr, "tide run: %s: '%s' is not a token count (0..%lld) or '%s'\n", flag, v, max, word);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
 /* Returns -1 on success, else the exit code. */
 static int parse_args(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
@@ -190,26 +203,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--canonical-layout")) {
             o->canonical = 1;
         } else if (!strcmp(a, "--prefix-replay") && v) {
-            char *end = NULL;
-            errno = 0;
-            long long x = strcmp(v, "full") ? strtoll(v, &end, 10) : -1;
-            if (strcmp(v, "full") && (*end || end == v || errno || x < 0 || x > (1 << 24))) {
-                fprintf(stderr, "tide run: --prefix-replay: '%s' is not a token count (0..%d) or 'full'\n", v,
-                        1 << 24);
-                return TIDE_EXIT_USAGE;
-            }
-            o->prefix_replay = x;
+            if (count_or_word(a, v, "full", 1 << 24, &o->prefix_replay) != 0) return TIDE_EXIT_USAGE;
             i++;
         } else if (!strcmp(a, "--decoder-tail") && v) {
-            char *end = NULL;
-            errno = 0;
-            long long x = strcmp(v, "exact") ? strtoll(v, &end, 10) : -1;
-            if (strcmp(v, "exact") && (*end || end == v || errno || x < 0 || x > (1 << 30))) {
-                fprintf(stderr, "tide run: --decoder-tail: '%s' is not a token count (0..%d) or 'exact'\n", v,
-                        1 << 30);
-                return TIDE_EXIT_USAGE;
-            }
-            o->decoder_tail = x;
+            if (count_or_word(a, v, "exact", 1 << 30, &o->decoder_tail) != 0) return TIDE_EXIT_USAGE;
             i++;
         } else if (!strcmp(a, "--prefix-cache-inexact")) {
             o->cache_inexact = 1;
