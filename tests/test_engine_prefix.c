@@ -26,16 +26,6 @@ static int teardown(void **state) { return tn_model_teardown(state); }
 
 enum { PAGE = 8, KVB = 2, MAXQ = 32, NEW = 4 };
 
-static void random_tokens(const fixture *f, tu_rng *r, int32_t *out, int64_t n) {
-    int64_t V = f->m->cfg.text.vocab_size;
-    for (int64_t j = 0; j < n; j++) {
-        int32_t t;
-        do t = (int32_t)(tu_next(r) % (uint64_t)V);
-        while (t == f->m->cfg.image_token_id);
-        out[j] = t;
-    }
-}
-
 static tide_engine_config cfg_for(int canonical, int64_t replay) {
     tide_engine_config c = tide_engine_config_default();
     c.n_threads = 2;
@@ -135,7 +125,7 @@ static void make_batch_tails(const fixture *f, batch *b, int n, int64_t shared, 
                              uint64_t tag) {
     tu_rng r = {f->seed * 131 + tag};
     int32_t pre[256];
-    random_tokens(f, &r, pre, shared);
+    tn_random_tokens(f->m, &r, pre, shared);
     memset(b, 0, sizeof *b);
     b->n = n;
     for (int i = 0; i < n; i++) {
@@ -143,7 +133,7 @@ static void make_batch_tails(const fixture *f, batch *b, int n, int64_t shared, 
         b->n_prompt[i] = shared + tail;
         b->prompt[i] = malloc((size_t)b->n_prompt[i] * sizeof(int32_t));
         memcpy(b->prompt[i], pre, (size_t)shared * sizeof(int32_t));
-        random_tokens(f, &r, b->prompt[i] + shared, tail);
+        tn_random_tokens(f->m, &r, b->prompt[i] + shared, tail);
     }
 }
 
@@ -294,6 +284,48 @@ static void full_replay_case(fixture *f, int canonical) {
 static void test_full_replay_exact_canonical(void **state) { full_replay_case(*state, 1); }
 static void test_full_replay_exact_ref(void **state) { full_replay_case(*state, 0); }
 
+/* Inexact pages (docs/engine.md, "Inexact pages"): A caches 2 pages; B
+ * shares them with a bounded replay (10 < 16 tokens), so its pages 2 and 3
+ * follow the approximation; C has B's 4-page prefix. By default B's later
+ * pages stay private: C hits only A's 2 (exact) pages and gets exactly the
+ * hand-made replay from them. With prefix_cache_inexact, C hits B's 4 pages
+ * (marked inexact); with a full replay nothing is inexact and C hits 4. */
+static void inexact_case(fixture *f, int64_t replay, int allow, int64_t want_c, int64_t want_withheld,
+                         int64_t want_inexact, int64_t want_admissions) {
+    batch b;
+    make_batch_tails(f, &b, 3, 4 * PAGE, 3, 3, 40);
+    b.n_prompt[0] = 2 * PAGE + 3;
+    tide_engine_config c = cfg_for(1, replay);
+    c.prefix_cache_inexact = allow;
+    tide_engine *e = make_engine(f, &c);
+    run_range(e, &b, 0, 3, 0);
+    tide_engine_stats s;
+    tide_engine_get_stats(e, &s);
+    assert_int_equal(b.n_cached[0], 0);
+    assert_int_equal(b.n_cached[1], 2 * PAGE);
+    assert_int_equal(b.n_cached[2], want_c);
+    assert_int_equal(s.prefix_pages_withheld, want_withheld);
+    assert_int_equal(s.prefix_pages_inexact, want_inexact);
+    assert_int_equal(s.prefix_inexact_admissions, want_admissions);
+    if (want_c == 2 * PAGE && replay >= 0) {
+        int32_t want[NEW];
+        by_hand(f, 1, b.prompt[2], b.n_prompt[2], 2 * PAGE, 2 * PAGE - replay, want);
+        if (memcmp(want, b.out[2], sizeof want) != 0) fail_msg("C does not follow A's exact pages");
+    }
+    check(e);
+    tide_engine_destroy(e);
+    free_batch(&b);
+}
+
+static void test_inexact_pages(void **state) {
+    /* default: B's pages 2, 3 and C's withheld; both admissions inexact */
+    inexact_case(*state, 10, 0, 2 * PAGE, 4, 0, 2);
+    /* allowed: B's 2 cached and marked, C hits them */
+    inexact_case(*state, 10, 1, 4 * PAGE, 0, 2, 2);
+    /* a full replay is exact: nothing withheld, C hits B's pages */
+    inexact_case(*state, -1, 0, 4 * PAGE, 0, 0, 0);
+}
+
 /* Salts isolate tenants: the same prompt under another salt does not hit. */
 static void test_salt(void **state) {
     fixture *f = *state;
@@ -334,7 +366,7 @@ static void test_eviction(void **state) {
         if (warm.n_prompt[i] < 2 * PAGE + 1) { /* at least two full pages each */
             warm.prompt[i] = realloc(warm.prompt[i], (2 * PAGE + 1) * sizeof(int32_t));
             tu_rng r = {f->seed + (uint64_t)i};
-            random_tokens(f, &r, warm.prompt[i] + warm.n_prompt[i], 2 * PAGE + 1 - warm.n_prompt[i]);
+            tn_random_tokens(f->m, &r, warm.prompt[i] + warm.n_prompt[i], 2 * PAGE + 1 - warm.n_prompt[i]);
             warm.n_prompt[i] = 2 * PAGE + 1;
         }
     /* requests N and N+1 repeat the newest and the oldest prompt */
@@ -521,7 +553,7 @@ static void test_random_traffic(void **state) {
     tu_rng r = {f->seed * 7 + 3};
     enum { N = 18 };
     int32_t pre[3][3 * PAGE];
-    for (int k = 0; k < 3; k++) random_tokens(f, &r, pre[k], 3 * PAGE);
+    for (int k = 0; k < 3; k++) tn_random_tokens(f->m, &r, pre[k], 3 * PAGE);
     batch b;
     memset(&b, 0, sizeof b);
     b.n = N;
@@ -531,7 +563,7 @@ static void test_random_traffic(void **state) {
         b.n_prompt[i] = shared + tail;
         b.prompt[i] = malloc((size_t)b.n_prompt[i] * sizeof(int32_t));
         memcpy(b.prompt[i], src, (size_t)shared * sizeof(int32_t));
-        random_tokens(f, &r, b.prompt[i] + shared, tail);
+        tn_random_tokens(f->m, &r, b.prompt[i] + shared, tail);
         b.salt[i] = tu_next(&r) % 2;
     }
     tide_engine_config c = cfg_for((int)(tu_next(&r) % 2), tu_next(&r) % 2 ? -1 : 10);
@@ -622,6 +654,7 @@ static void test_cli_flags(void **state) {
     assert_non_null(strstr(out, "--no-prefix-cache"));
     assert_non_null(strstr(out, "--page-tokens"));
     assert_non_null(strstr(out, "--prefix-replay"));
+    assert_non_null(strstr(out, "--prefix-cache-inexact"));
     free(out);
     snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt-ids 5,6,7 --prefix-replay x 2>&1", TIDE_EXE, f->dir);
     assert_int_not_equal(tu_system(cmd, &out), 0);
@@ -669,6 +702,7 @@ int main(void) {
         cmocka_unit_test(test_hit_equals_replay_ref),
         cmocka_unit_test(test_full_replay_exact_canonical),
         cmocka_unit_test(test_full_replay_exact_ref),
+        cmocka_unit_test(test_inexact_pages),
         cmocka_unit_test(test_salt),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_preemption_cache_on),
