@@ -52,6 +52,10 @@ typedef struct tide_sched_cfg {
     int prefix_cache;        /* 1 = on */
     int64_t page_tokens;     /* 0 = derived (see tide_sched_page_unit) */
     int64_t prefix_replay;   /* -1 = the whole prefix */
+    /* Tiers behind the prefix cache (cache/kv_tier.h; NULL = none): pages
+     * the cache registers are handed to tier->put, and a new request's
+     * pages the cache lacks are asked of tier->get when it is queued. */
+    const struct tide_kv_tier *tier;
 } tide_sched_cfg;
 
 /* The prefix cache's side of the scheduler: the page index and, per page, the
@@ -66,6 +70,9 @@ typedef struct tide_sched_prefix {
     int32_t *blocks;                 /* [n_pages][bpp] */
     uint8_t *held;                   /* [n_pages] */
     int64_t lookup_tokens, hit_tokens, replay_tokens, hits;
+    float *tier_buf;                 /* one page's KV, for the tiers (cfg.tier) */
+    int64_t tier_floats;
+    int64_t tier_fetched, tier_stored; /* pages brought in from / handed to the tiers */
 } tide_sched_prefix;
 
 typedef struct tide_sched_item {
@@ -121,7 +128,10 @@ int64_t tide_sched_blocks_for(const tide_sched *s, int64_t n_pos);
 /* Blocks of the pool not held by any sequence. */
 int64_t tide_sched_blocks_free(const tide_sched *s);
 
-/* Queues a new WAITING request at the back. */
+/* Queues a new WAITING request at the back. With tiers (cfg.tier), first
+ * brings the pages of its prefix that the cache lacks and a tier holds into
+ * the cache (as cached pages nobody uses yet), so that its admission hits
+ * them: this runs between steps, never while a pass is in flight. */
 int tide_sched_enqueue(tide_sched *s, tide_req *q, tide_status *st);
 /* Takes q out of the queue or the running set and the plan, and drops its
  * cache (never called on a request in flight while its pass runs). */
