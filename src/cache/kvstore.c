@@ -260,6 +260,7 @@ int tide_kvstore_open(const tide_kvstore_cfg *cfg, tide_kvstore **out, tide_stat
         tide_kvstore_close(s);
         return -1;
     }
+    s->io.no_sync = cfg->no_sync;
     if (reindex(s, 0) != 0) goto nomem;
     scan(s, 1);
     *out = s;
@@ -298,7 +299,7 @@ static void shards_free(shards *sh) {
 
 static int shards_alloc(tide_kvstore *s, shards *sh, uint64_t page_bytes) {
     memset(sh, 0, sizeof *sh);
-    sh->shard_bytes = tide_kvs_ec_shard_bytes(&s->ec, page_bytes);
+    sh->shard_bytes = tide_kvs_shard_bytes(page_bytes, s->cfg.k);
     sh->file_bytes = tide_kvs_file_bytes(sh->shard_bytes);
     for (int i = 0; i < s->cfg.k + s->cfg.m; i++) {
         if (!(sh->file[i] = tide_kvs_alloc(sh->file_bytes))) {

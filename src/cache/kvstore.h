@@ -43,6 +43,11 @@ typedef struct tide_kvstore_cfg {
     uint64_t fingerprint;     /* the model's: shards of another model are ignored */
     uint64_t capacity_bytes;  /* shard file bytes; 0 = unlimited */
     int64_t ttl[TIDE_KV_CLASSES]; /* seconds; 0 = the default (chat 7 days, agent 3 days) */
+    /* 1 = buffered I/O (no O_DIRECT) and no fsync: a killed process still
+     * never leaves a torn page (the rename is atomic and the page cache
+     * outlives the process), but a power loss may. For tests and scratch
+     * stores. */
+    int no_sync;
     tide_kv_clock_fn clock;   /* NULL = the system clock */
     void *clock_ctx;
 } tide_kvstore_cfg;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/kvstore_fmt.h"
+
 int tide_kvs_ec_init(tide_kvs_ec *ec, int k, int m, tide_status *st) {
     memset(ec, 0, sizeof *ec);
     if (k < 1 || m < 0 || k + m > 32)
@@ -28,11 +30,6 @@ void tide_kvs_ec_free(tide_kvs_ec *ec) {
     free(ec->matrix);
     free(ec->tables);
     memset(ec, 0, sizeof *ec);
-}
-
-uint64_t tide_kvs_ec_shard_bytes(const tide_kvs_ec *ec, uint64_t page_bytes) {
-    uint64_t s = (page_bytes + (uint64_t)ec->k - 1) / (uint64_t)ec->k;
-    return (s + 63) / 64 * 64;
 }
 
 void tide_kvs_ec_encode(const tide_kvs_ec *ec, uint64_t len, uint8_t **shards) {

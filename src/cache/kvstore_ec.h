@@ -18,10 +18,6 @@ typedef struct tide_kvs_ec {
 int tide_kvs_ec_init(tide_kvs_ec *ec, int k, int m, tide_status *st);
 void tide_kvs_ec_free(tide_kvs_ec *ec);
 
-/* Bytes of each shard for a page of n bytes: ceil(n / k), rounded up to 64
- * (ISA-L's vector width, and a size every k divides the padding of). */
-uint64_t tide_kvs_ec_shard_bytes(const tide_kvs_ec *ec, uint64_t page_bytes);
-
 /* shards[0..k) hold the page (zero-padded to k x len); fills shards[k..k+m). */
 void tide_kvs_ec_encode(const tide_kvs_ec *ec, uint64_t len, uint8_t **shards);
 

@@ -8,6 +8,11 @@ static const char MAGIC[8] = {'T', 'I', 'D', 'E', 'K', 'V', 'S', '1'};
 
 uint64_t tide_kvs_sum(const void *p, size_t n) { return XXH3_64bits(p, n); }
 
+uint64_t tide_kvs_shard_bytes(uint64_t page_bytes, int k) {
+    uint64_t s = (page_bytes + (uint64_t)k - 1) / (uint64_t)k;
+    return (s + 63) / 64 * 64;
+}
+
 uint64_t tide_kvs_file_bytes(uint64_t shard_bytes) {
     return (TIDE_KVS_HDR + shard_bytes + TIDE_KVS_ALIGN - 1) / TIDE_KVS_ALIGN * TIDE_KVS_ALIGN;
 }
@@ -80,7 +85,7 @@ int tide_kvs_hdr_parse(const uint8_t *b, size_t n, tide_kvs_hdr *h, tide_status 
         return tide_fail(st, TIDE_ERR_FORMAT, "kv shard: shard bytes %llu outside 1..2^30",
                          (unsigned long long)h->shard_bytes);
     if (h->page_bytes == 0 || h->page_bytes > h->shard_bytes * (uint64_t)h->k ||
-        h->page_bytes <= (h->shard_bytes - 1) * (uint64_t)h->k)
+        tide_kvs_shard_bytes(h->page_bytes, h->k) != h->shard_bytes)
         return tide_fail(st, TIDE_ERR_FORMAT, "kv shard: page bytes %llu do not fit %d shards of %llu",
                          (unsigned long long)h->page_bytes, h->k, (unsigned long long)h->shard_bytes);
     if (h->created < 0 || h->expires < 0)

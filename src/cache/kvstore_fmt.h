@@ -45,6 +45,10 @@ typedef struct tide_kvs_hdr {
     uint64_t shard_sum, page_sum;
 } tide_kvs_hdr;
 
+/* Bytes of each of k shards of a page of page_bytes: ceil(page_bytes / k)
+ * rounded up to 64 (ISA-L's vector width). */
+uint64_t tide_kvs_shard_bytes(uint64_t page_bytes, int k);
+
 /* Bytes of a shard file holding shard_bytes (header + data, padded). */
 uint64_t tide_kvs_file_bytes(uint64_t shard_bytes);
 

@@ -19,6 +19,7 @@
 typedef struct tide_kvs_io {
     struct io_uring ring;
     int on;
+    int no_sync; /* buffered, no fsync (tests, scratch stores): see tide_kvstore_cfg */
 } tide_kvs_io;
 
 typedef struct tide_kvs_file {
