@@ -165,7 +165,8 @@ static void scan_file(tide_kvstore *s, int node, const char *dir, const char *na
     tide_kvs_hdr h;
     tide_status st = {0};
     if (n != (ssize_t)sizeof b || tide_kvs_hdr_parse(b, sizeof b, &h, &st) != 0 || !key_eq(h.key, k) ||
-        h.index != node || h.klass >= TIDE_KV_CLASSES || h.k != s->cfg.k || h.m != s->cfg.m || h.fingerprint != s->cfg.fingerprint) {
+        h.index != node || h.klass >= TIDE_KV_CLASSES || h.k != s->cfg.k || h.m != s->cfg.m ||
+        (s->cfg.fingerprint && h.fingerprint != s->cfg.fingerprint)) {
         s->stats.foreign++;
         return;
     }
@@ -175,11 +176,12 @@ static void scan_file(tide_kvstore *s, int node, const char *dir, const char *na
         e->e.chain = h.chain;
         e->e.page_bytes = h.page_bytes;
         e->shard_bytes = h.shard_bytes;
+        e->e.fingerprint = h.fingerprint;
         e->e.klass = h.klass;
         e->e.created = h.created;
         e->e.expires = h.expires;
         e->e.used = h.created;
-    } else if (e->e.page_bytes != h.page_bytes || e->shard_bytes != h.shard_bytes) {
+    } else if (e->e.page_bytes != h.page_bytes || e->shard_bytes != h.shard_bytes || e->e.fingerprint != h.fingerprint) {
         s->stats.foreign++; /* disagrees with its siblings: not one of this page's shards */
         return;
     }
@@ -401,6 +403,7 @@ int tide_kvstore_put(tide_kvstore *s, tide_kvs_key key, uint64_t chain, const vo
         e->e.created = e->e.used = now;
         e->e.expires = exp;
         e->mask = done;
+        e->e.fingerprint = s->cfg.fingerprint;
         s->stats.bytes += (int64_t)(sh.file_bytes * (uint64_t)popcount(done));
         s->stats.bytes_written += (int64_t)(sh.file_bytes * (uint64_t)popcount(done));
     } else rc = tide_fail(st, TIDE_ERR_NOMEM, "kv store: out of memory");
@@ -430,7 +433,7 @@ static void read_shards(tide_kvstore *s, const entry *e, shards *sh, uint8_t *go
         good[i] = f[i].res > 0 && tide_kvs_shard_parse(sh->file[i], (size_t)f[i].res, &h, &d, &st) == 0 &&
                   key_eq(h.key, e->e.key) && h.index == i && h.k == s->cfg.k && h.m == s->cfg.m &&
                   h.page_bytes == e->e.page_bytes && h.shard_bytes == e->shard_bytes &&
-                  h.fingerprint == s->cfg.fingerprint;
+                  h.fingerprint == e->e.fingerprint;
         if (f[i].res > 0) s->stats.bytes_read += f[i].res;
         if (!good[i] && f[i].res != -ENOENT) s->stats.corrupt_shards++;
     }

@@ -40,7 +40,9 @@ typedef struct tide_kvstore_cfg {
     int n_nodes;
     int k, m;                 /* k + m == n_nodes; defaults 10 + 2 for 12 nodes */
     int min_write_shards;     /* a put needs this many shards written; 0 = all */
-    uint64_t fingerprint;     /* the model's: shards of another model are ignored */
+    /* The model's: shards of another model are ignored. 0 = every model's
+     * (maintenance: tide kv); pages are then written with fingerprint 0. */
+    uint64_t fingerprint;
     uint64_t capacity_bytes;  /* shard file bytes; 0 = unlimited */
     int64_t ttl[TIDE_KV_CLASSES]; /* seconds; 0 = the default (chat 7 days, agent 3 days) */
     /* 1 = buffered I/O (no O_DIRECT) and no fsync: a killed process still
@@ -100,7 +102,7 @@ int tide_kvstore_gc(tide_kvstore *s, tide_kvstore_report *r, tide_status *st);
 
 typedef struct tide_kvstore_entry {
     tide_kvs_key key;
-    uint64_t chain, page_bytes;
+    uint64_t chain, page_bytes, fingerprint;
     int klass, shards;             /* shards present on disk */
     int64_t created, expires, used;
 } tide_kvstore_entry;
