@@ -25,7 +25,8 @@ static void usage(FILE *f) {
             "   a fresh engine whose prefix comes from the SSD tier and from the shared store.\n"
             "\n"
             "options:\n"
-            "  --dir DIR            where the stores live (default: a temporary directory, removed after)\n"
+            "  --dir DIR            where the stores live, DIR/ssd and DIR/shared (default: a temporary\n"
+            "                       directory, removed after; a given DIR keeps the pages of step 2 unless --model)\n"
             "  --nodes N            the shared store's node directories (default 12)\n"
             "  --ec K+M             its erasure code (default 10+2)\n"
             "  --page-kib N         page size (default 111: 128 tokens x 890 bytes, the release's global KV)\n"
@@ -215,7 +216,7 @@ int tide_bench_kvstore(int argc, char **argv) {
                                shared.k ? shared.m : (so.nodes == 12 ? 2 : 0), page, &st);
     if (rc == 0) rc = bench_store("SSD tier", &ssd, page, pages, &st);
     if (rc == 0) rc = bench_store("shared store", &shared, page, pages, &st);
-    if (rc == 0) { /* a fresh pair of stores for the TTFT runs */
+    if (rc == 0 && model) { /* a fresh pair of stores for the TTFT runs */
         snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' && mkdir -p '%s' '%s'", shared_root, ssd_root, shared_root, ssd_root);
         if (system(cmd) != 0) rc = tide_fail(&st, TIDE_ERR_IO, "cannot empty %s", dir);
     }
