@@ -221,6 +221,19 @@ static int64_t scan(tide_kvstore *s, int index) {
     return tmp;
 }
 
+/* mkdir -p: a node directory and the directories above it. */
+static int mkdir_p(const char *path) {
+    char p[MAX_PATH];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *c = p + 1; *c; c++)
+        if (*c == '/') {
+            *c = 0;
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+            *c = '/';
+        }
+    return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 int tide_kvstore_open(const tide_kvstore_cfg *cfg, tide_kvstore **out, tide_status *st) {
     *out = NULL;
     if (!cfg->nodes || cfg->n_nodes < 1 || cfg->n_nodes > TIDE_KVS_MAX_SHARDS)
@@ -255,7 +268,7 @@ int tide_kvstore_open(const tide_kvstore_cfg *cfg, tide_kvstore **out, tide_stat
     if (!s->nodes || !s->pending) goto nomem;
     for (int i = 0; i < n; i++) {
         if (!(s->nodes[i] = strdup(cfg->nodes[i]))) goto nomem;
-        if (mkdir(s->nodes[i], 0755) != 0 && errno != EEXIST)
+        if (mkdir_p(s->nodes[i]) != 0)
             tide_log(TIDE_LOG_WARN, "kv store: node %s: %s", s->nodes[i], strerror(errno));
     }
     if (tide_kvs_ec_init(&s->ec, s->cfg.k, s->cfg.m, st) != 0 || tide_kvs_io_init(&s->io, st) != 0) {

@@ -24,6 +24,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "cli/kv_cli.h"
 #include "engine/request_jsonl.h"
 #include "tide.h"
 
@@ -70,6 +71,7 @@ static void usage(FILE *f) {
             "                       --no-index-quirk)\n"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
             "pages only with requests of the same salt (docs/engine.md).\n");
+    kv_run_help(f);
 }
 
 static int parse_ids(const char *s, int32_t **out, int64_t *n) {
@@ -111,6 +113,7 @@ typedef struct run_opts {
     long long max_tokens, chunk, max_seqs, step_tokens, kv_blocks, kv_block, threads, page_tokens, prefix_replay;
     unsigned long long seed;
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap;
+    kv_run_opts kv; /* the persistent KV store's flags (kv_run.c) */
 } run_opts;
 
 /* Returns -1 on success, else the exit code. */
@@ -156,6 +159,12 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             done = 1;
         }
         if (done) continue;
+        int kn = kv_run_flag(&o->kv, a, v);
+        if (kn < 0) return TIDE_EXIT_USAGE;
+        if (kn > 0) {
+            i += kn - 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return TIDE_EXIT_OK;
@@ -257,6 +266,8 @@ static int run_ids(const run_opts *o) {
     tide_engine *e = NULL;
     int rc = TIDE_EXIT_FAIL;
     double t0 = tide_now_seconds();
+    kv_run *kv = NULL;
+    if (kv_run_open(&o->kv, &c, &kv, &st) != 0) goto done;
     if (tide_engine_create(&c, &e, &st) != 0) goto done;
     double t1 = tide_now_seconds();
     if (o->max_tokens == 0) { /* nothing to generate */
@@ -294,6 +305,7 @@ static int run_ids(const run_opts *o) {
 done:
     if (rc != TIDE_EXIT_OK) fprintf(stderr, "tide run: %s\n", st.msg);
     tide_engine_destroy(e);
+    kv_run_close(kv);
     free(prompt);
     return rc;
 }
@@ -403,6 +415,7 @@ static int run_jsonl(const run_opts *o) {
     memset(&b, 0, sizeof b);
     tide_status st = {0};
     tide_engine *e = NULL;
+    kv_run *kv = NULL;
     FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
     if (!in) {
         fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
@@ -416,7 +429,7 @@ static int run_jsonl(const run_opts *o) {
     tide_engine_config c = engine_config(o);
     c.on_event = on_event;
     c.event_ctx = &b;
-    if (tide_engine_create(&c, &e, &st) != 0) {
+    if (kv_run_open(&o->kv, &c, &kv, &st) != 0 || tide_engine_create(&c, &e, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
         goto done;
     }
@@ -448,6 +461,7 @@ static int run_jsonl(const run_opts *o) {
     rc = b.n_errors ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
 done:
     tide_engine_destroy(e);
+    kv_run_close(kv);
     for (int64_t i = 0; i < b.n_ids; i++) json_decref(b.ids[i]);
     free(b.ids);
     free(b.done);
