@@ -74,7 +74,7 @@ typedef struct {
 
 /* One process's turn with the store: open it, run, flush, close. */
 static int store_turn(const fixture *f, const nodes *nd, uint64_t fp, const int32_t *prompt, int64_t n, int gen,
-                      turn *t) {
+                      int overlap, turn *t) {
     tide_kvstore_cfg sc = {0};
     sc.nodes = nd->nodes;
     sc.n_nodes = 12;
@@ -92,6 +92,7 @@ static int store_turn(const fixture *f, const nodes *nd, uint64_t fp, const int3
     tc.fingerprint = fp;
     if (tide_kvtiers_create(&tc, &tiers, &st) != 0) return fprintf(stderr, "%s\n", st.msg), -1;
     tide_engine_config c = cfg_for(tide_kvtiers_hooks(tiers));
+    c.overlap = overlap;
     if (tide_engine_create_with_model(&c, f->m, &e, &st) != 0) return fprintf(stderr, "%s\n", st.msg), -1;
     run_turn(e, prompt, n, gen, t);
     tide_engine_destroy(e);
@@ -102,7 +103,7 @@ static int store_turn(const fixture *f, const nodes *nd, uint64_t fp, const int3
 
 /* Runs store_turn in a child process; its result comes back through a pipe. */
 static void in_child(const fixture *f, const nodes *nd, uint64_t fp, const int32_t *prompt, int64_t n, int gen,
-                     turn *t) {
+                     int overlap, turn *t) {
     int p[2];
     assert_int_equal(pipe(p), 0);
     fflush(NULL);
@@ -111,7 +112,7 @@ static void in_child(const fixture *f, const nodes *nd, uint64_t fp, const int32
     if (pid == 0) {
         close(p[0]);
         turn r = {0};
-        int rc = store_turn(f, nd, fp, prompt, n, gen, &r);
+        int rc = store_turn(f, nd, fp, prompt, n, gen, overlap, &r);
         _exit(rc == 0 && write(p[1], &r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
     }
     close(p[1]);
@@ -145,7 +146,7 @@ static void test_second_turn_from_store(void **state) {
 
     /* process 1: the first turn */
     turn t1;
-    in_child(f, &nd, fp, p1, N1, GEN1, &t1);
+    in_child(f, &nd, fp, p1, N1, GEN1, 0, &t1);
     assert_int_equal(t1.n_out, GEN1);
     assert_int_equal(t1.fetched, 0);
     int64_t n2 = N1 + GEN1 + NEW2;
@@ -158,9 +159,10 @@ static void test_second_turn_from_store(void **state) {
     int64_t pages = (N1 + GEN1 - 1) / PAGE; /* turn 1 fed all but its last token */
     assert_int_equal(t1.stored, pages);
 
-    /* process 2: a new engine answers the second turn from the store */
+    /* process 2: a new engine answers the second turn from the store (with
+     * the overlapped scheduling on: the same tokens either way) */
     turn t2;
-    in_child(f, &nd, fp, p2, n2, GEN2, &t2);
+    in_child(f, &nd, fp, p2, n2, GEN2, 1, &t2);
     assert_int_equal(t2.fetched, pages);
     assert_int_equal(t2.hit, pages * PAGE);
     assert_int_equal(t2.replay, REPLAY);
@@ -184,7 +186,7 @@ static void test_second_turn_from_store(void **state) {
 
     /* another model's fingerprint finds nothing in the same store */
     turn t3;
-    in_child(f, &nd, fp ^ 1, p2, n2, GEN2, &t3);
+    in_child(f, &nd, fp ^ 1, p2, n2, GEN2, 0, &t3);
     assert_int_equal(t3.fetched, 0);
     assert_int_equal(t3.hit, 0);
     tu_rmtree(dir);

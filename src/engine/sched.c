@@ -279,10 +279,12 @@ static int tier_promote(tide_sched *s, int32_t *page) {
     tide_status st = {0};
     int32_t pg;
     if (tide_prefix_alloc(&x->pc, &pg, &st) != 0) return -1;
-    while (tide_kv_available(kv) < x->bpp && tide_prefix_evict(&x->pc, 1) == 1) {
+    /* the blocks the pending plan will reserve at its launch are not ours */
+    int64_t need = x->bpp + x->planned_blocks;
+    while (tide_kv_available(kv) < need && tide_prefix_evict(&x->pc, 1) == 1) {
     }
     tide_block_table t = {0};
-    if (tide_kv_available(kv) < x->bpp || tide_kv_reserve(kv, &t, (int64_t)x->bpp * kv->block_len, &st) != 0) {
+    if (tide_kv_available(kv) < need || tide_kv_reserve(kv, &t, (int64_t)x->bpp * kv->block_len, &st) != 0) {
         tide_kv_release(kv, &t);
         tide_prefix_release(&x->pc, &pg, 1, &st);
         return -1;
@@ -482,6 +484,7 @@ void tide_sched_launch(tide_sched *s) {
     f->n_tokens = p->n_tokens;
     p->n_items = p->n_failed = 0;
     p->n_tokens = 0;
+    s->px.planned_blocks = 0;
 }
 
 void tide_sched_land(tide_sched *s) {
@@ -570,6 +573,7 @@ void tide_sched_make_plan(tide_sched *s) {
         budget -= n;
     }
     reclaim(s, planned);
+    s->px.planned_blocks = planned;
 }
 
 int tide_sched_reserve(tide_sched *s, tide_status *st) {

@@ -73,6 +73,7 @@ typedef struct tide_sched_prefix {
     float *tier_buf;                 /* one page's KV, for the tiers (cfg.tier) */
     int64_t tier_floats;
     int64_t tier_fetched, tier_stored; /* pages brought in from / handed to the tiers */
+    int64_t planned_blocks;          /* blocks the pending plan will reserve (tiers leave them) */
 } tide_sched_prefix;
 
 typedef struct tide_sched_item {
