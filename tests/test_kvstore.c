@@ -21,6 +21,7 @@
 
 #include "cache/kvstore.h"
 #include "cache/kvstore_ec.h"
+#include "cache/kvstore_tiers.h"
 #include "testutil.h"
 
 enum { NODES = 12 };
@@ -408,6 +409,85 @@ static void test_kill9_writer(void **state) {
     assert_true(total_hits > 0);
 }
 
+/* Node 4 gone (its directory replaced by a file): a put needing every shard
+ * fails cleanly; one needing 11 succeeds, the page reads, and once the node
+ * is back verify rebuilds its shard. The tiers fail over: a page that one
+ * store cannot take still lands in the next, and is read from there. */
+static void test_node_gone(void **state) {
+    fx *f = *state;
+    char away[600];
+    snprintf(away, sizeof away, "%s.away", f->node[4]);
+    tide_kvstore *s = open_store(f, NODES, 0);
+    tide_kvstore_close(s);
+    assert_int_equal(rename(f->node[4], away), 0);
+    FILE *fp = fopen(f->node[4], "w");
+    assert_non_null(fp);
+    fclose(fp);
+    s = open_store(f, NODES, 0);
+    uint8_t p[3000];
+    page_of(1, p, sizeof p);
+    tide_status st = {0};
+    assert_int_equal(tide_kvstore_put(s, key_of(1), 1, p, sizeof p, TIDE_KV_CHAT, 0, &st), -1);
+    assert_non_null(strstr(st.msg, "11 of 12 shards written (Not a directory)"));
+    assert_int_equal(tide_kvstore_has(s, key_of(1)), 0);
+    tide_kvstore_cfg c = {0};
+    c.nodes = f->nodes;
+    c.n_nodes = NODES;
+    c.no_sync = 1;
+    c.min_write_shards = 11;
+    c.fingerprint = 42;
+    tide_kvstore *s11;
+    assert_int_equal(tide_kvstore_open(&c, &s11, &st), 0);
+    assert_int_equal(tide_kvstore_put(s11, key_of(2), 2, p, size_of(2) < sizeof p ? size_of(2) : sizeof p,
+                                      TIDE_KV_CHAT, 0, &st), 0);
+
+    /* the tiers: store s refuses every page, s11 takes it */
+    tide_kvtiers_cfg tc = {0};
+    tc.stores[0] = s;
+    tc.stores[1] = s11;
+    tc.n_stores = 2;
+    tide_kvtiers *t;
+    assert_int_equal(tide_kvtiers_create(&tc, &t, &st), 0);
+    const tide_kv_tier *h = tide_kvtiers_hooks(t);
+    int32_t toks[16];
+    float kv[200], back[200];
+    for (int i = 0; i < 16; i++) toks[i] = (int32_t)(tu_next(&f->r) % 1000);
+    for (int i = 0; i < 200; i++) kv[i] = (float)tu_normal(&f->r);
+    tide_kv_page pg = {5, toks, 16, 8, 0, kv, 200};
+    h->put(h->ctx, &pg);
+    tide_kvtiers_flush(t);
+    pg.data = back;
+    assert_int_equal(h->get(h->ctx, &pg), 1);
+    assert_memory_equal(back, kv, sizeof kv);
+    pg.salt = 6; /* another tenant: not found */
+    assert_int_equal(h->get(h->ctx, &pg), 0);
+    tide_kvtiers_stats ts;
+    tide_kvtiers_get_stats(t, &ts);
+    assert_int_equal(ts.write_errors, 1);
+    assert_int_equal(ts.written, 1);
+    assert_int_equal(ts.store_hits[1], 1);
+    assert_int_equal(ts.misses, 1);
+    tide_kvtiers_destroy(t);
+    tide_kvstore_close(s);
+    tide_kvstore_close(s11);
+
+    /* the node is back: page 2 is degraded, verify rebuilds its shard */
+    assert_int_equal(unlink(f->node[4]), 0);
+    assert_int_equal(rename(away, f->node[4]), 0);
+    s = open_store(f, NODES, 0);
+    tide_kvstore_stats ss;
+    tide_kvstore_get_stats(s, &ss);
+    assert_int_equal(ss.pages, 2);
+    assert_int_equal(ss.degraded, 2);
+    tide_kvstore_report r;
+    assert_int_equal(tide_kvstore_verify(s, &r, &st), 0);
+    assert_int_equal(r.repaired, 2);
+    tide_kvstore_get_stats(s, &ss);
+    assert_int_equal(ss.degraded, 0);
+    tide_kvstore_close(s);
+    clear_nodes(f);
+}
+
 static void test_bad_config(void **state) {
     fx *f = *state;
     tide_kvstore_cfg c = {0};
@@ -464,7 +544,8 @@ int main(void) {
         cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_any_two_lost),
         cmocka_unit_test(test_three_lost_is_a_miss), cmocka_unit_test(test_ttl_fake_clock),
         cmocka_unit_test(test_lru_capacity),      cmocka_unit_test(test_disk_full),
-        cmocka_unit_test(test_kill9_writer),      cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_kill9_writer),      cmocka_unit_test(test_node_gone),
+        cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_shard_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
