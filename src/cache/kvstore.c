@@ -31,8 +31,9 @@ struct tide_kvstore {
     tide_kvstore_cfg cfg;
     char **nodes;
     tide_kvs_ec ec;
-    tide_kvs_io io;
-    pthread_mutex_t mu;
+    tide_kvs_io io;    /* writes and upkeep, under mu */
+    tide_kvs_io io_rd; /* reads by get, under rd_mu only: a get never waits for a write's fsyncs */
+    pthread_mutex_t mu, rd_mu;
     entry *ents;
     int64_t n_ents, cap_ents, n_live;
     int32_t *slots; /* open addressing over ents: -1 empty, -2 deleted */
@@ -263,6 +264,7 @@ int tide_kvstore_open(const tide_kvstore_cfg *cfg, tide_kvstore **out, tide_stat
     if (s->cfg.ttl[TIDE_KV_AGENT] <= 0) s->cfg.ttl[TIDE_KV_AGENT] = 3 * 86400;
     s->cfg.nodes = NULL;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->rd_mu, NULL);
     s->nodes = calloc((size_t)n, sizeof *s->nodes);
     s->pending = calloc(64, sizeof *s->pending);
     if (!s->nodes || !s->pending) goto nomem;
@@ -271,11 +273,12 @@ int tide_kvstore_open(const tide_kvstore_cfg *cfg, tide_kvstore **out, tide_stat
         if (mkdir_p(s->nodes[i]) != 0)
             tide_log(TIDE_LOG_WARN, "kv store: node %s: %s", s->nodes[i], strerror(errno));
     }
-    if (tide_kvs_ec_init(&s->ec, s->cfg.k, s->cfg.m, st) != 0 || tide_kvs_io_init(&s->io, st) != 0) {
+    if (tide_kvs_ec_init(&s->ec, s->cfg.k, s->cfg.m, st) != 0 || tide_kvs_io_init(&s->io, st) != 0 ||
+        tide_kvs_io_init(&s->io_rd, st) != 0) {
         tide_kvstore_close(s);
         return -1;
     }
-    s->io.no_sync = cfg->no_sync;
+    s->io.no_sync = s->io_rd.no_sync = cfg->no_sync;
     if (reindex(s, 0) != 0) goto nomem;
     scan(s, 1);
     *out = s;
@@ -291,10 +294,12 @@ void tide_kvstore_close(tide_kvstore *s) {
     free(s->nodes);
     tide_kvs_ec_free(&s->ec);
     tide_kvs_io_free(&s->io);
+    tide_kvs_io_free(&s->io_rd);
     free(s->ents);
     free(s->slots);
     free(s->pending);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->rd_mu);
     free(s);
 }
 
@@ -430,7 +435,8 @@ out:
 
 /* Reads the page's shards into sh: good[i] = 1 for each one whose file is
  * whole, checksummed and agrees with the index. */
-static void read_shards(tide_kvstore *s, const entry *e, shards *sh, uint8_t *good) {
+static void read_shards(tide_kvstore *s, tide_kvs_io *io, const entry *e, shards *sh, uint8_t *good,
+                        tide_kvstore_stats *acc) {
     tide_kvs_file f[TIDE_KVS_MAX_SHARDS];
     char p[TIDE_KVS_MAX_SHARDS][MAX_PATH];
     int n = s->cfg.k + s->cfg.m;
@@ -438,7 +444,7 @@ static void read_shards(tide_kvstore *s, const entry *e, shards *sh, uint8_t *go
         shard_path(s, e->e.key, i, p[i]);
         f[i] = (tide_kvs_file){NULL, p[i], NULL, sh->file[i], sh->file_bytes, 0};
     }
-    tide_kvs_io_read(&s->io, f, n);
+    tide_kvs_io_read(io, f, n);
     for (int i = 0; i < n; i++) {
         tide_kvs_hdr h;
         const uint8_t *d;
@@ -447,22 +453,23 @@ static void read_shards(tide_kvstore *s, const entry *e, shards *sh, uint8_t *go
                   key_eq(h.key, e->e.key) && h.index == i && h.k == s->cfg.k && h.m == s->cfg.m &&
                   h.page_bytes == e->e.page_bytes && h.shard_bytes == e->shard_bytes &&
                   h.fingerprint == e->e.fingerprint;
-        if (f[i].res > 0) s->stats.bytes_read += f[i].res;
-        if (!good[i] && f[i].res != -ENOENT) s->stats.corrupt_shards++;
+        if (f[i].res > 0) acc->bytes_read += f[i].res;
+        if (!good[i] && f[i].res != -ENOENT) acc->corrupt_shards++;
     }
 }
 
 /* Decodes a read page into out (out = NULL: only checks it); returns 1 when
  * it is whole and its checksum holds. sh keeps every shard rebuilt. */
-static int decode_page(tide_kvstore *s, const entry *e, shards *sh, const uint8_t *good, void *out) {
+static int decode_page(tide_kvstore *s, const entry *e, shards *sh, const uint8_t *good, void *out,
+                       tide_kvstore_stats *acc) {
     int n = s->cfg.k + s->cfg.m, n_good = 0;
     for (int i = 0; i < n; i++) n_good += good[i];
     if (n_good < s->cfg.k) return 0;
     double t0 = now_s();
     tide_status st = {0};
     if (n_good < n && tide_kvs_ec_decode(&s->ec, sh->shard_bytes, sh->data, good, &st) != 0) return 0;
-    s->stats.decode_seconds += now_s() - t0;
-    s->stats.decode_bytes += (int64_t)e->e.page_bytes;
+    acc->decode_seconds += now_s() - t0;
+    acc->decode_bytes += (int64_t)e->e.page_bytes;
     uint8_t *page = out ? out : malloc(e->e.page_bytes);
     if (!page) return 0;
     for (uint64_t off = 0, i = 0; off < e->e.page_bytes; off += sh->shard_bytes, i++)
@@ -529,47 +536,47 @@ int tide_kvstore_get(tide_kvstore *s, tide_kvs_key key, void *out, uint64_t cap,
     *found = 0;
     *bytes = 0;
     pthread_mutex_lock(&s->mu);
-    int rc = 0;
-    entry *e = find(s, key);
+    entry *e = find(s, key), copy;
+    int rc = 0, ok = 0;
     if (!e || popcount(e->mask) < s->cfg.k) {
         s->stats.misses++;
-        goto out;
-    }
-    if (e->e.expires <= tide_kvstore_now(s)) {
+    } else if (e->e.expires <= tide_kvstore_now(s)) {
         s->stats.misses++;
         s->stats.expired_misses++;
-        goto out;
-    }
-    if (e->e.page_bytes > cap) {
+    } else if (e->e.page_bytes > cap) {
         rc = tide_fail(st, TIDE_ERR_INVALID, "kv store: page of %llu bytes, buffer of %llu",
                        (unsigned long long)e->e.page_bytes, (unsigned long long)cap);
-        goto out;
-    }
+    } else ok = 1;
+    if (ok) copy = *e; /* the index may change while the shards are read */
+    pthread_mutex_unlock(&s->mu);
+    if (!ok) return rc;
     shards sh;
     uint8_t good[TIDE_KVS_MAX_SHARDS];
-    if (shards_alloc(s, &sh, e->e.page_bytes) != 0) {
-        rc = tide_fail(st, TIDE_ERR_NOMEM, "kv store: out of memory");
-        goto out;
-    }
-    read_shards(s, e, &sh, good);
-    if (decode_page(s, e, &sh, good, out)) {
+    if (shards_alloc(s, &sh, copy.e.page_bytes) != 0) return tide_fail(st, TIDE_ERR_NOMEM, "kv store: out of memory");
+    tide_kvstore_stats acc = {0};
+    pthread_mutex_lock(&s->rd_mu);
+    read_shards(s, &s->io_rd, &copy, &sh, good, &acc);
+    pthread_mutex_unlock(&s->rd_mu);
+    int whole = decode_page(s, &copy, &sh, good, out, &acc), degraded = 0;
+    for (int i = 0; i < s->cfg.k + s->cfg.m; i++) degraded |= !good[i];
+    shards_free(&sh);
+    pthread_mutex_lock(&s->mu);
+    s->stats.bytes_read += acc.bytes_read;
+    s->stats.corrupt_shards += acc.corrupt_shards;
+    s->stats.decode_seconds += acc.decode_seconds;
+    s->stats.decode_bytes += acc.decode_bytes;
+    if (whole) {
         *found = 1;
-        *bytes = e->e.page_bytes;
-        e->e.used = tide_kvstore_now(s);
+        *bytes = copy.e.page_bytes;
         s->stats.hits++;
-        for (int i = 0; i < s->cfg.k + s->cfg.m; i++)
-            if (!good[i]) {
-                queue_repair(s, key);
-                break;
-            }
+        if ((e = find(s, key)) != NULL) e->e.used = tide_kvstore_now(s);
+        if (degraded) queue_repair(s, key);
     } else {
         s->stats.misses++;
         s->stats.lost++;
     }
-    shards_free(&sh);
-out:
     pthread_mutex_unlock(&s->mu);
-    return rc;
+    return 0;
 }
 
 /* ---- upkeep --------------------------------------------------------------- */
@@ -580,10 +587,10 @@ static void check_page(tide_kvstore *s, entry *e, tide_kvstore_report *r) {
     uint8_t good[TIDE_KVS_MAX_SHARDS];
     r->pages++;
     if (shards_alloc(s, &sh, e->e.page_bytes) != 0) return;
-    read_shards(s, e, &sh, good);
+    read_shards(s, &s->io, e, &sh, good, &s->stats);
     int n_good = 0, n = s->cfg.k + s->cfg.m;
     for (int i = 0; i < n; i++) n_good += good[i];
-    if (!decode_page(s, e, &sh, good, NULL)) r->lost++;
+    if (!decode_page(s, e, &sh, good, NULL, &s->stats)) r->lost++;
     else if (n_good == n) r->ok++;
     else r->repaired += repair_shards(s, e, &sh, good);
     shards_free(&sh);
