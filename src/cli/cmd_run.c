@@ -26,6 +26,7 @@
 #include "cli/cli.h"
 #include "cli/out_file.h"
 #include "cli/stop_signal.h"
+#include "cli/kv_cli.h"
 #include "engine/request_jsonl.h"
 #include "tide.h"
 
@@ -78,6 +79,7 @@ static void usage(FILE *f) {
             "                       hit (default: they stay private: docs/engine.md)\n"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
             "pages only with requests of the same salt (docs/engine.md).\n");
+    kv_run_help(f);
 }
 
 static int parse_ids(const char *s, int32_t **out, int64_t *n) {
@@ -120,6 +122,7 @@ typedef struct run_opts {
     long long decoder_tail;
     unsigned long long seed;
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
+    kv_run_opts kv; /* the persistent KV store's flags (kv_run.c) */
 } run_opts;
 
 /* A flag's value: a token count 0..max, or `word` (-1). */
@@ -178,6 +181,12 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             done = 1;
         }
         if (done) continue;
+        int kn = kv_run_flag(&o->kv, a, v);
+        if (kn < 0) return TIDE_EXIT_USAGE;
+        if (kn > 0) {
+            i += kn - 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return TIDE_EXIT_OK;
@@ -290,6 +299,8 @@ static int run_ids(const run_opts *o) {
     tide_engine *e = NULL;
     int rc = TIDE_EXIT_FAIL;
     double t0 = tide_now_seconds();
+    kv_run *kv = NULL;
+    if (kv_run_open(&o->kv, &c, &kv, &st) != 0) goto done;
     if (tide_engine_create(&c, &e, &st) != 0) goto done;
     double t1 = tide_now_seconds();
     tide_request_info info = {0};
@@ -328,6 +339,7 @@ done:
     if (rc != TIDE_EXIT_OK) fprintf(stderr, "tide run: %s\n", st.msg);
     tide_out_abort(&w.out);
     tide_engine_destroy(e);
+    kv_run_close(kv);
     free(prompt);
     return rc;
 }
@@ -490,6 +502,7 @@ static int run_jsonl(const run_opts *o) {
     tide_stop_signals_block(&old_mask); /* before the engine's threads start: they inherit it */
     tide_engine *e = NULL;
     int ok = 0, sig = 0;
+    kv_run *kv = NULL;
     FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
     if (!in) {
         fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
@@ -498,7 +511,7 @@ static int run_jsonl(const run_opts *o) {
     tide_engine_config c = engine_config(o);
     c.on_event = on_event;
     c.event_ctx = &b;
-    if (tide_engine_create(&c, &e, &st) != 0) {
+    if (kv_run_open(&o->kv, &c, &kv, &st) != 0 || tide_engine_create(&c, &e, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
         goto done;
     }
@@ -523,6 +536,7 @@ done:;
     int rc = finish_jsonl(&b, sig, ok, &st);
     tide_engine_destroy(e);
     tide_stop_signals_restore(&old_mask);
+    kv_run_close(kv);
     for (int64_t i = 0; i < b.n_ids; i++) json_decref(b.ids[i]);
     free(b.ids);
     free(b.done);
