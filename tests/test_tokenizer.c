@@ -345,6 +345,92 @@ static void test_byte_fallback_unk_ignore_merges(void **state) {
     tide_tokenizer_free(tok);
 }
 
+/* A word whose characters are all missing from the vocabulary (no byte
+ * fallback, no unk) maps to no token. Through the cache, the first encode
+ * stores an empty entry and the second reads it back, both into an empty id
+ * list whose array is still NULL: no memcpy on NULL (UBSan), no ids, and the
+ * words around it still encode. */
+static void test_word_without_tokens(void **state) {
+    (void)state;
+    json_t *j = json_pack("{s:{s:s, s:{s:i, s:i}, s:[]}, s:n, s:{s:s}, s:{s:s}}", "model", "type", "BPE", "vocab", "a",
+                          0, " ", 1, "merges", "normalizer", "pre_tokenizer", "type", "WhitespaceSplit", "decoder",
+                          "type", "ByteFallback");
+    tide_tokenizer *tok = load_json(j);
+    tide_tok_cache *cache = tide_tok_cache_new();
+    assert_non_null(cache);
+    tide_status st = {0};
+    for (int round = 0; round < 2; round++) {
+        tide_tok_ids ids = {0};
+        assert_int_equal(tide_tokenizer_encode(tok, "zz", 2, 0, cache, &ids, &st), 0);
+        assert_int_equal(ids.n, 0);
+        assert_int_equal(tide_tokenizer_encode(tok, "zz a zz", 7, 0, cache, &ids, &st), 0);
+        assert_int_equal(ids.n, 1);
+        assert_int_equal(ids.ids[0], 0);
+        tide_tok_ids_free(&ids);
+    }
+    tide_tok_cache_free(cache);
+    tide_tokenizer_free(tok);
+}
+
+static void encode_fails(const tide_tokenizer *tok, const char *text, size_t len, const char *const *needles) {
+    tide_tok_ids ids = {0};
+    tide_status st = {0};
+    assert_int_equal(tide_tokenizer_encode(tok, text, len, 0, NULL, &ids, &st), -1);
+    for (size_t i = 0; needles[i]; i++) {
+        if (!strstr(st.msg, needles[i])) fprintf(stderr, "message '%s' lacks '%s'\n", st.msg, needles[i]);
+        assert_non_null(strstr(st.msg, needles[i]));
+    }
+    tide_tok_ids_free(&ids);
+}
+
+/* Work bounded by an error, not by time: a normalizer whose replacements
+ * multiply the text (here 8^8 times) stops at the growth limit, a regex
+ * with catastrophic backtracking at Oniguruma's retry limit; both messages
+ * say which step and where. Ordinary growth still encodes. */
+static void test_encode_limits(void **state) {
+    (void)state;
+    json_t *j = base_json(NULL, 0, false), *steps = json_array();
+    for (int i = 0; i < 8; i++)
+        json_array_append_new(steps, json_pack("{s:s, s:{s:s}, s:s}", "type", "Replace", "pattern", "String", "a",
+                                               "content", "aaaaaaaa"));
+    json_object_set_new(j, "normalizer", json_pack("{s:s, s:o}", "type", "Sequence", "normalizers", steps));
+    json_array_append_new(json_object_get(j, "added_tokens"), added(300, "<t>", true, false, false, false, false));
+    tide_tokenizer *tok = load_json(j);
+    encode_fails(tok, "<t>xaaaa", 8,
+                 (const char *const[]){"normalizer step ", "(Replace)", "grows past the limit", "input byte 3", NULL});
+    tide_tok_ids ids = {0};
+    tide_status st = {0};
+    assert_int_equal(tide_tokenizer_encode(tok, "x", 1, 0, NULL, &ids, &st), 0); /* no 'a': nothing grows */
+    assert_int_equal(ids.n, 1);
+    tide_tok_ids_free(&ids);
+    tide_tokenizer_free(tok);
+
+    /* An empty regex match inserts a long replacement at every character. */
+    char *big = malloc(200001);
+    assert_non_null(big);
+    memset(big, 'z', 200000);
+    big[200000] = 0;
+    j = base_json(NULL, 0, false);
+    json_object_set_new(j, "normalizer",
+                        json_pack("{s:s, s:{s:s}, s:s}", "type", "Replace", "pattern", "Regex", "", "content", big));
+    free(big);
+    tok = load_json(j);
+    encode_fails(tok, "hello", 5, (const char *const[]){"normalizer step 0 (Replace)", "grows past", NULL});
+    tide_tokenizer_free(tok);
+
+    j = base_json(NULL, 0, false);
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{s:s, s:{s:s}, s:s}", "type", "Split", "pattern", "Regex", "(a+)+b|c", "behavior",
+                                  "Isolated"));
+    tok = load_json(j);
+    char text[64] = "cc";
+    memset(text + 2, 'a', 40);
+    encode_fails(tok, text, 42,
+                 (const char *const[]){"pre_tokenizer step 0 (Split /(a+)+b|c/)", "input byte 2", "retry", NULL});
+    expect_ids(tok, "aab", 0, IDS('a', 'a', 'b'));
+    tide_tokenizer_free(tok);
+}
+
 static void test_streaming_detok(void **state) {
     (void)state;
     json_t *j = base_json(NULL, 0, false);
@@ -536,6 +622,8 @@ int main(void) {
         cmocka_unit_test(test_added_tokens),
         cmocka_unit_test(test_normalizers),
         cmocka_unit_test(test_byte_fallback_unk_ignore_merges),
+        cmocka_unit_test(test_word_without_tokens),
+        cmocka_unit_test(test_encode_limits),
         cmocka_unit_test(test_streaming_detok),
         cmocka_unit_test(test_streaming_random),
         cmocka_unit_test(test_utf8_lossy),

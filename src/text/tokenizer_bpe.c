@@ -86,7 +86,7 @@ static void cache_put(tide_tok_cache *c, uint64_t h, const char *padded, size_t 
     s->key_len = (uint8_t)n;
     s->n_ids = (uint8_t)k;
     memcpy(s->key, padded, TOK_CACHE_KEY);
-    memcpy(s->ids, ids, k * sizeof *ids);
+    if (k) memcpy(s->ids, ids, k * sizeof *ids); /* a word of dropped characters has no ids (and ids may be NULL) */
     c->n++;
 }
 
@@ -280,7 +280,7 @@ int tok_bpe_word(const tide_tokenizer *tok, tok_bpe_scratch *sc, tide_tok_cache 
                     if (tide_tok_ids_push(out, s->ids[i], st) != 0) return -1;
                 return 0;
             }
-            memcpy(out->ids + out->n, s->ids, s->n_ids * sizeof *s->ids);
+            if (s->n_ids) memcpy(out->ids + out->n, s->ids, s->n_ids * sizeof *s->ids);
             out->n += s->n_ids;
             return 0;
         }

@@ -122,6 +122,7 @@ typedef struct {
     tok_pre_type type;
     tok_fast_kind fast; /* SPLIT: matcher used instead of `re` (same results) */
     OnigRegex re;    /* SPLIT regex (or the GPT-2 regex for BYTELEVEL use_regex) */
+    char *re_src;    /* its pattern text, NUL-terminated (for error messages) */
     char *lit;       /* SPLIT literal string pattern */
     size_t lit_len;
     tok_split_behavior behavior;
@@ -231,6 +232,11 @@ int tok_split_added(const tide_tokenizer *tok, const tok_trie *t, const char *te
 void tok_segments_free(tok_segments *s);
 
 /* tokenizer_normalize.c */
+/* The normalized text of an n-byte piece may be at most TOK_NORM_GROWTH * n
+ * + TOK_NORM_SLACK bytes (NFKD grows text at most 11 times; Replace has no
+ * bound of its own); past that, encoding fails with a message. */
+#define TOK_NORM_GROWTH 64u
+#define TOK_NORM_SLACK 65536u
 int tok_normalize(const tide_tokenizer *tok, const char *s, size_t n, tok_buf *out,
                   tide_status *st);
 
@@ -243,7 +249,13 @@ typedef struct {
     tok_spans sub;     /* ByteLevel: the piece's regex split */
     uint8_t *is_match; size_t is_match_cap;
     OnigRegion *region;
+    OnigMatchParam *match_param;
     bool no_fast;      /* tests: always use Oniguruma */
+    /* For error messages: where the text given to tok_pretokenize starts in
+     * the caller's input, and whether it is normalized (offsets then count
+     * in the normalized text of the segment starting there). */
+    size_t err_off;
+    bool err_normalized;
 } tok_pretok_scratch;
 /* Pre-tokenizes s[0..n): on success *buf and *spans name the resulting pieces. */
 int tok_pretokenize(const tide_tokenizer *tok, tok_pretok_scratch *sc, const char *s, size_t n,
@@ -309,5 +321,12 @@ void tok_free_normalizer(tide_tokenizer *tok);
 int tok_parse_pretokenizer(tide_tokenizer *tok, json_t *j, tide_status *st);
 void tok_free_pretokenizer(tide_tokenizer *tok);
 int tok_compile_regex(const char *pat, size_t len, OnigRegex *out, tide_status *st);
+/* onig_search over s[from..n) with its work bounded by the length searched
+ * (Oniguruma's retry limit per search, set through mp), so a regex with
+ * catastrophic backtracking fails instead of hanging. Returns onig_search's
+ * result. */
+int tok_regex_search(OnigRegex re, const char *s, size_t n, size_t from, OnigRegion *region, OnigMatchParam *mp);
+/* Fails with Oniguruma's message for error r of a search from `where` byte `at`. */
+int tok_regex_fail(tide_status *st, int r, const char *where, size_t at);
 
 #endif
