@@ -93,6 +93,24 @@ static ssize_t read_line(FILE *f, char **buf, size_t *cap) {
     return n;
 }
 
+/* Every write goes through stdio; a failed one (a full disk, a closed pipe)
+ * sets the stream's error flag, so checking it after each line and closing
+ * stdout at the end catches them all. Returns 0, or -1 after saying why. */
+static int output_ok(const char *cmd) {
+    if (!ferror(stdout)) return 0;
+    fprintf(stderr, "tide %s: writing to standard output failed: %s\n", cmd, strerror(errno));
+    return -1;
+}
+
+static int close_output(const char *cmd) {
+    int bad = ferror(stdout);
+    if (fclose(stdout) != 0 || bad) {
+        fprintf(stderr, "tide %s: writing to standard output failed: %s\n", cmd, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int bench(const tide_tokenizer *tok, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) { fprintf(stderr, "tide tokenize: %s: %s\n", path, strerror(errno)); return TIDE_EXIT_FAIL; }
@@ -165,6 +183,7 @@ int tide_cmd_tokenize(int argc, char **argv) {
     if (o.bench) {
         int rc = bench(tok, o.bench);
         tide_tokenizer_free(tok);
+        if (rc == TIDE_EXIT_OK && close_output("tokenize") != 0) rc = TIDE_EXIT_FAIL;
         return rc;
     }
     tide_tok_cache *cache = tide_tok_cache_new();
@@ -189,16 +208,23 @@ int tide_cmd_tokenize(int argc, char **argv) {
         }
         for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
         putchar('\n');
+        if (output_ok("tokenize") != 0) { rc = TIDE_EXIT_FAIL; break; }
     }
     free(line);
     tide_tok_ids_free(&ids);
     tide_tok_cache_free(cache);
     tide_tokenizer_free(tok);
-    if (fflush(stdout) != 0) rc = TIDE_EXIT_FAIL;
+    if (rc == TIDE_EXIT_OK && close_output("tokenize") != 0) rc = TIDE_EXIT_FAIL;
     return rc;
 }
 
-static int parse_ids(const char *line, size_t lineno, tide_tok_ids *ids) {
+static int parse_ids(const char *line, size_t len, size_t lineno, tide_tok_ids *ids) {
+    const char *nul = memchr(line, 0, len);
+    if (nul) {
+        /* The parser below would stop there and drop the rest of the line. */
+        fprintf(stderr, "tide detokenize: line %zu: NUL byte at offset %zu\n", lineno, (size_t)(nul - line));
+        return -1;
+    }
     const char *p = line;
     tide_status st = {0};
     for (;;) {
@@ -248,6 +274,7 @@ static int decode_line(const tide_tokenizer *tok, const opts *o, const tide_tok_
     }
     rc = write_text(text, len, o->jsonl);
     free(text);
+    if (rc != 0 && output_ok("detokenize") == 0) fprintf(stderr, "tide detokenize: line %zu: out of memory\n", lineno);
     return rc;
 }
 
@@ -261,15 +288,20 @@ int tide_cmd_detokenize(int argc, char **argv) {
     char *line = NULL;
     size_t cap = 0, lineno = 0;
     int rc = TIDE_EXIT_OK;
-    while (read_line(stdin, &line, &cap) >= 0) {
+    ssize_t n;
+    while ((n = read_line(stdin, &line, &cap)) >= 0) {
         lineno++;
         ids.n = 0;
-        if (parse_ids(line, lineno, &ids) != 0 || decode_line(tok, &o, &ids, lineno) != 0) { rc = TIDE_EXIT_FAIL; break; }
+        if (parse_ids(line, (size_t)n, lineno, &ids) != 0 || decode_line(tok, &o, &ids, lineno) != 0) {
+            rc = TIDE_EXIT_FAIL;
+            break;
+        }
         putchar('\n');
+        if (output_ok("detokenize") != 0) { rc = TIDE_EXIT_FAIL; break; }
     }
     free(line);
     tide_tok_ids_free(&ids);
     tide_tokenizer_free(tok);
-    if (fflush(stdout) != 0) rc = TIDE_EXIT_FAIL;
+    if (rc == TIDE_EXIT_OK && close_output("detokenize") != 0) rc = TIDE_EXIT_FAIL;
     return rc;
 }
