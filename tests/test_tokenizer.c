@@ -431,6 +431,89 @@ static void test_encode_limits(void **state) {
     tide_tokenizer_free(tok);
 }
 
+/* The reference: merge the adjacent pair of lowest rank, leftmost first,
+ * until none has a merge (what the short-word loop and HF's heap compute). */
+static size_t naive_bpe(const tide_tokenizer *tok, int32_t *s, size_t n) {
+    for (;;) {
+        size_t best = n;
+        uint32_t best_rank = UINT32_MAX, rank;
+        int32_t best_id = -1, merged;
+        for (size_t i = 0; i + 1 < n; i++)
+            if (tok_merges_get(tok, s[i], s[i + 1], &rank, &merged) && rank < best_rank) {
+                best = i;
+                best_rank = rank;
+                best_id = merged;
+            }
+        if (best == n) return n;
+        s[best] = best_id;
+        memmove(s + best + 1, s + best + 2, (n - best - 2) * sizeof *s);
+        n--;
+    }
+}
+
+/* Random merge lists over "abcd", in training order or shuffled (then a
+ * merge can use a token that a later merge makes, which sends the long-word
+ * loop down its put-back path), and random words, long ones too: both merge
+ * loops must give the reference's ids. */
+static void test_bpe_loops_agree(void **state) {
+    (void)state;
+    tu_rng rng = {tu_seed()};
+    for (int round = 0; round < 40; round++) {
+        char toks[64][8] = {"a", "b", "c", "d"};
+        size_t nt = 4;
+        json_t *vocab = json_object(), *merges = json_array();
+        for (size_t i = 0; i < 4; i++) json_object_set_new(vocab, toks[i], json_integer((json_int_t)i));
+        for (int m = 0; m < 40 && nt < 64; m++) {
+            const char *x = toks[tu_next(&rng) % nt], *y = toks[tu_next(&rng) % nt];
+            if (strlen(x) + strlen(y) > 6) continue;
+            char pair[16], cat[8];
+            snprintf(pair, sizeof pair, "%s %s", x, y);
+            snprintf(cat, sizeof cat, "%s%s", x, y);
+            bool dup = false;
+            for (size_t i = 0; i < json_array_size(merges); i++)
+                dup = dup || !strcmp(json_string_value(json_array_get(merges, i)), pair);
+            if (dup) continue;
+            if (!json_object_get(vocab, cat)) {
+                json_object_set_new(vocab, cat, json_integer((json_int_t)nt));
+                memcpy(toks[nt++], cat, sizeof cat);
+            }
+            json_array_append_new(merges, json_string(pair));
+        }
+        if (round % 2) /* shuffle */
+            for (size_t i = json_array_size(merges); i > 1; i--) {
+                size_t j = tu_next(&rng) % i;
+                json_t *a = json_incref(json_array_get(merges, i - 1)), *b = json_incref(json_array_get(merges, j));
+                json_array_set_new(merges, i - 1, b);
+                json_array_set_new(merges, j, a);
+            }
+        json_t *j = json_pack("{s:{s:s, s:o, s:o}, s:n, s:n, s:{s:s}}", "model", "type", "BPE", "vocab", vocab,
+                              "merges", merges, "normalizer", "pre_tokenizer", "decoder", "type", "ByteFallback");
+        tide_tokenizer *tok = load_json(j);
+        for (int w = 0; w < 20; w++) {
+            size_t n = w < 15 ? 2 + tu_next(&rng) % 47 : 49 + tu_next(&rng) % 400;
+            char text[512];
+            int32_t ref[512];
+            for (size_t i = 0; i < n; i++) {
+                text[i] = (char)('a' + (w % 3 == 0 ? tu_next(&rng) % 2 : tu_next(&rng) % 4)); /* some near-runs */
+                ref[i] = (int32_t)(text[i] - 'a');
+            }
+            size_t rn = naive_bpe(tok, ref, n);
+            tide_status st = {0};
+            for (int force = 0; force < 2; force++) {
+                tide_tok_ids ids = {0};
+                assert_int_equal(tok_encode_debug(tok, text, n, force, false, &ids, &st), 0);
+                if (ids.n != rn || memcmp(ids.ids, ref, rn * sizeof *ref) != 0) {
+                    fprintf(stderr, "round %d word \"%.*s\" (force %d): %zu ids, reference %zu\n", round, (int)n,
+                            text, force, ids.n, rn);
+                    fail();
+                }
+                tide_tok_ids_free(&ids);
+            }
+        }
+        tide_tokenizer_free(tok);
+    }
+}
+
 static void test_streaming_detok(void **state) {
     (void)state;
     json_t *j = base_json(NULL, 0, false);
@@ -624,6 +707,7 @@ int main(void) {
         cmocka_unit_test(test_byte_fallback_unk_ignore_merges),
         cmocka_unit_test(test_word_without_tokens),
         cmocka_unit_test(test_encode_limits),
+        cmocka_unit_test(test_bpe_loops_agree),
         cmocka_unit_test(test_streaming_detok),
         cmocka_unit_test(test_streaming_random),
         cmocka_unit_test(test_utf8_lossy),

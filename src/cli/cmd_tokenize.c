@@ -2,7 +2,7 @@
  *
  *   tide tokenize --tokenizer FILE [--jsonl] [--split-special]  < text > ids
  *   tide detokenize --tokenizer FILE [--jsonl] [--skip-special] < ids > text
- *   tide tokenize --tokenizer FILE --bench TEXTFILE
+ *   tide tokenize --tokenizer FILE --bench [TEXTFILE]   (bench_tokenize.c)
  *
  * One input line gives one output line. With --jsonl each text line is a JSON
  * string, so texts can hold newlines; detokenize then writes JSON strings
@@ -12,9 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "base/log.h"
+#include "cli/bench_tokenize.h"
 #include "cli/cli.h"
 #include "text/tokenizer.h"
 
@@ -23,21 +22,24 @@
 #endif
 
 typedef struct {
-    const char *tokenizer, *bench;
-    bool jsonl, split_special, skip_special, stream;
+    const char *tokenizer, *bench_file; /* bench_file: NULL for the built-in corpus */
+    bool bench, jsonl, split_special, skip_special, stream;
 } opts;
 
 static void usage(FILE *f, bool detok) {
     if (!detok)
         fprintf(f,
                 "usage: tide tokenize [--tokenizer FILE] [--jsonl] [--split-special] < text\n"
-                "       tide tokenize [--tokenizer FILE] --bench TEXTFILE\n\n"
+                "       tide tokenize [--tokenizer FILE] --bench [TEXTFILE]\n\n"
                 "Reads text on stdin and prints, for each input line, one line of space-separated\n"
                 "token ids (the line's newline is not encoded; no BOS/EOS is added).\n\n"
                 "  --tokenizer FILE   a Hugging Face tokenizer.json (default: %s)\n"
                 "  --jsonl            each input line is a JSON string (texts with newlines)\n"
                 "  --split-special    encode special tokens' text as plain text\n"
-                "  --bench TEXTFILE   encode TEXTFILE line by line (newlines included), print MB/s\n",
+                "  --bench [TEXTFILE] encode TEXTFILE line by line (newlines included), print MB/s;\n"
+                "                     without TEXTFILE, a built-in corpus: English-like text and\n"
+                "                     worst cases (long runs, one long line), and the time to the\n"
+                "                     error of inputs that must fail fast\n",
                 *TIDE_DEFAULT_TOKENIZER ? TIDE_DEFAULT_TOKENIZER : "none compiled in");
     else
         fprintf(f,
@@ -59,7 +61,10 @@ static int parse(int argc, char **argv, bool detok, opts *o) {
         if (!strcmp(a, "--tokenizer") && i + 1 < argc) o->tokenizer = argv[++i];
         else if (!strcmp(a, "--jsonl")) o->jsonl = true;
         else if (!detok && !strcmp(a, "--split-special")) o->split_special = true;
-        else if (!detok && !strcmp(a, "--bench") && i + 1 < argc) o->bench = argv[++i];
+        else if (!detok && !strcmp(a, "--bench")) {
+            o->bench = true;
+            if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) o->bench_file = argv[++i];
+        }
         else if (detok && !strcmp(a, "--skip-special")) o->skip_special = true;
         else if (detok && !strcmp(a, "--stream")) o->stream = true;
         else {
@@ -111,54 +116,6 @@ static int close_output(const char *cmd) {
     return 0;
 }
 
-static int bench(const tide_tokenizer *tok, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fprintf(stderr, "tide tokenize: %s: %s\n", path, strerror(errno)); return TIDE_EXIT_FAIL; }
-    /* Load first so that only encoding is timed. */
-    char *data = NULL;
-    size_t n = 0, cap = 0;
-    char chunk[1 << 16];
-    size_t r;
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (n + r > cap) {
-            cap = (n + r) * 2;
-            char *p = realloc(data, cap);
-            if (!p) { free(data); fclose(f); fprintf(stderr, "tide tokenize: out of memory\n"); return TIDE_EXIT_FAIL; }
-            data = p;
-        }
-        memcpy(data + n, chunk, r);
-        n += r;
-    }
-    fclose(f);
-    tide_tok_cache *cache = tide_tok_cache_new();
-    tide_tok_ids ids = {0};
-    tide_status st = {0};
-    size_t tokens = 0;
-    int rc = 0;
-    double t0 = tide_now_seconds();
-    clock_t c0 = clock();
-    for (size_t i = 0; i < n && rc == 0;) {
-        const char *nl = memchr(data + i, '\n', n - i);
-        size_t end = nl ? (size_t)(nl - data) + 1 : n;
-        ids.n = 0;
-        rc = tide_tokenizer_encode(tok, data + i, end - i, 0, cache, &ids, &st);
-        tokens += ids.n;
-        i = end;
-    }
-    double dt = tide_now_seconds() - t0;
-    /* CPU time too: on a shared machine the wall clock includes waiting. */
-    double cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
-    if (rc != 0) fprintf(stderr, "tide tokenize: %s\n", st.msg);
-    else
-        printf("%zu bytes, %zu tokens; wall %.3f s: %.1f MB/s; cpu %.3f s: %.1f MB/s, %.0f tokens/s\n", n, tokens,
-               dt, dt > 0 ? (double)n / dt / 1e6 : 0.0, cpu, cpu > 0 ? (double)n / cpu / 1e6 : 0.0,
-               cpu > 0 ? (double)tokens / cpu : 0.0);
-    tide_tok_ids_free(&ids);
-    tide_tok_cache_free(cache);
-    free(data);
-    return rc ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
-}
-
 static int json_line(const char *line, size_t n, size_t lineno, char **text, size_t *len) {
     json_error_t err;
     json_t *j = json_loadb(line, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
@@ -181,7 +138,7 @@ int tide_cmd_tokenize(int argc, char **argv) {
     tide_tokenizer *tok = load(o.tokenizer);
     if (!tok) return TIDE_EXIT_FAIL;
     if (o.bench) {
-        int rc = bench(tok, o.bench);
+        int rc = tide_tokenize_bench(tok, o.bench_file);
         tide_tokenizer_free(tok);
         if (rc == TIDE_EXIT_OK && close_output("tokenize") != 0) rc = TIDE_EXIT_FAIL;
         return rc;

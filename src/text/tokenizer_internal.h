@@ -155,6 +155,7 @@ struct tide_tokenizer {
     int32_t *merge_new;
     uint32_t merge_mask;
     size_t n_merges;
+    uint32_t merge_rank_end;  /* 1 + the largest rank (ranks are merges[] indices) */
 
     /* BPE model options */
     bool byte_fallback, ignore_merges, fuse_unk;
@@ -275,10 +276,23 @@ typedef struct {
     uint32_t len;  /* bytes of the piece this symbol covers; 0 once merged away */
     int32_t prev, next;
 } tok_sym;
+/* One pending merge of the long-word loop: the pair starting at symbol `pos`
+ * was expected to give `merged`; `next` links the entries of one rank. */
+typedef struct {
+    int32_t pos, merged, next;
+} tok_bq_node;
 typedef struct {
     tok_sym *syms; size_t syms_cap;
-    void *heap; size_t heap_cap;
-    bool force_heap; /* tests: use the heap path for every word */
+    /* The long-word loop's queue (tokenizer_bpe.c): a list of entries per
+     * merge rank, and a min-heap of the ranks whose list is not empty.
+     * Between words every list is empty (head -1). */
+    int32_t *bq_head, *bq_tail; /* [bq_ranks] */
+    uint8_t *bq_state;          /* [bq_ranks] its list is out of order / the rank is in the heap */
+    size_t bq_ranks;
+    tok_bq_node *bq_node; size_t bq_node_cap;
+    uint32_t *bq_heap; size_t bq_heap_cap;
+    tok_bq_node *bq_tmp; int32_t *bq_idx; size_t bq_tmp_cap; /* sorting one list */
+    bool force_heap; /* tests: use the long-word loop for every word */
 } tok_bpe_scratch;
 int tok_bpe_word(const tide_tokenizer *tok, tok_bpe_scratch *sc, tide_tok_cache *cache,
                  const char *w, size_t n, tide_tok_ids *out, tide_status *st);
