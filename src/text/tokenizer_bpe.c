@@ -391,7 +391,8 @@ static int64_t merge_long(const tide_tokenizer *tok, tok_bpe_scratch *sc, size_t
     }
     bq q = {.tok = tok, .sc = sc, .free = -1, .cur = UINT32_MAX};
     if (bq_run(&q, n, st) != 0) {
-        /* Empty every list again for the next word. */
+        /* Empty every list again for the next word (bq_run fails only after
+         * a merge was found, so the tables exist). */
         memset(sc->bq_head, 0xFF, sc->bq_ranks * sizeof *sc->bq_head);
         memset(sc->bq_state, 0, sc->bq_ranks);
         return -1;
