@@ -257,6 +257,7 @@ typedef struct {
      * in the normalized text of the segment starting there). */
     size_t err_off;
     bool err_normalized;
+    size_t err_piece; /* ByteLevel: where its current piece is in the step's text */
 } tok_pretok_scratch;
 /* Pre-tokenizes s[0..n): on success *buf and *spans name the resulting pieces. */
 int tok_pretokenize(const tide_tokenizer *tok, tok_pretok_scratch *sc, const char *s, size_t n,

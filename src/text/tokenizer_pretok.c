@@ -218,12 +218,10 @@ static size_t char_len_at(const char *s, size_t n, size_t i) {
     return l ? (size_t)l : 1;
 }
 
-/* Regex matches as the onig crate's find_iter yields them (an empty match
- * right after the previous match is skipped by one character), turned into
- * the alternating list of HF's Pattern::find_matches. */
 /* Names the failing step and where its search started in the caller's text. */
 static int regex_step_fail(const tide_tokenizer *tok, const tok_pre *p, const tok_pretok_scratch *sc, size_t at,
                            int r, tide_status *st) {
+    at += sc->err_piece;
     if (sc->err_normalized)
         tok_regex_fail(st, r, "normalized", at);
     else
@@ -234,6 +232,10 @@ static int regex_step_fail(const tide_tokenizer *tok, const tok_pre *p, const to
     return -1;
 }
 
+/* Regex matches as the onig crate's find_iter yields them (an empty match
+ * right after the previous match is skipped by one character), turned into
+ * the alternating list of HF's Pattern::find_matches. s starts at byte
+ * `base` of the step's text (for messages). */
 static int regex_matches(const tide_tokenizer *tok, const tok_pre *p, tok_pretok_scratch *sc, const char *s, size_t n,
                          size_t base, tide_status *st) {
     if (p->fast != TOK_FAST_NONE && !sc->no_fast) {
@@ -404,7 +406,13 @@ static int bytelevel_step(const tide_tokenizer *tok, const tok_pre *p, tok_preto
             n = tmp->n;
         }
         sub->n = 0;
-        if (p->use_regex) rc = split_piece(tok, p, sc, s, n, 0, sub, st);
+        if (p->use_regex) {
+            /* For messages: where s is in the step's text (a prefix space
+             * that is not there is counted back out). */
+            sc->err_piece = pin->v[i].off - (s == tmp->p && pin->v[i].off ? 1u : 0u);
+            rc = split_piece(tok, p, sc, s, n, 0, sub, st);
+            sc->err_piece = 0;
+        }
         else if (n) rc = tok_spans_push(sub, 0, (uint32_t)n, st);
         for (size_t j = 0; rc == 0 && j < sub->n; j++) {
             size_t start = out->n;
