@@ -7,7 +7,7 @@
 #     end the line silently: "1\0 2" decoded only id 1);
 #   - a normalizer that multiplies the text stops with the growth limit's
 #     message instead of running for minutes;
-#   - and the ordinary round trip still works.
+#   - and the ordinary round trip and `--bench FILE` still work.
 # Usage: sh_tokenize_io.sh TIDE_EXE SRC_DIR BIN_DIR
 set -uo pipefail
 tide=$1
@@ -66,6 +66,13 @@ grow=$work/grow.json
 echo "hello" | "$tide" tokenize --tokenizer "$grow" > "$work/out" 2> "$work/err"
 expect_error "tokenize with a growing normalizer" "(Replace) of a 5-byte text" $?
 grep -qF "grows past the limit" "$work/err" || fail "growth message: $(cat "$work/err")"
+
+# The benchmark on a file (the built-in corpus takes seconds: docs/perf.md).
+yes "hello hello" | head -n 1000 > "$work/bench.txt"
+out=$("$tide" tokenize --tokenizer "$tok" --bench "$work/bench.txt") || fail "--bench FILE failed"
+case "$out" in "12000 bytes, 6000 tokens; wall "*" MB/s; cpu "*" tokens/s") ;; *) fail "--bench FILE printed '$out'" ;; esac
+"$tide" tokenize --tokenizer "$tok" --bench "$work/bench.txt" > /dev/full 2> "$work/err"
+expect_error "--bench > /dev/full" "No space left on device" $?
 
 [ "$fails" = 0 ] || exit 1
 echo "PASS: tokenize/detokenize output and input errors"
