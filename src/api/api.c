@@ -24,6 +24,8 @@ static void req_init(tide_api_req *req, tide_api_kind kind) {
     req->gen.temperature = 1.0;
     req->gen.top_p = 1.0;
     req->gen.parallel_tool_calls = 1;
+    req->gen.n = 1;
+    req->gen.repetition_penalty = 1.0;
 }
 
 void tide_api_req_free(tide_api_req *req) {
@@ -32,6 +34,8 @@ void tide_api_req_free(tide_api_req *req) {
     for (size_t i = 0; i < req->gen.n_stop; i++) free(req->gen.stop[i]);
     free(req->gen.tool_name);
     json_decref(req->gen.json_schema);
+    free(req->gen.logit_bias);
+    free(req->gen.stop_token_ids);
     memset(req, 0, sizeof *req);
 }
 
