@@ -13,6 +13,7 @@ const char *tide_api_kind_name(tide_api_kind kind) {
     case TIDE_API_CHAT: return "chat completions";
     case TIDE_API_RESPONSES: return "responses";
     case TIDE_API_MESSAGES: return "messages";
+    case TIDE_API_COMPLETIONS: return "completions";
     }
     return "?";
 }
@@ -36,6 +37,8 @@ void tide_api_req_free(tide_api_req *req) {
     json_decref(req->gen.json_schema);
     free(req->gen.logit_bias);
     free(req->gen.stop_token_ids);
+    free(req->prompt);
+    free(req->prompt_ids);
     memset(req, 0, sizeof *req);
 }
 
@@ -61,6 +64,7 @@ int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_re
         case TIDE_API_CHAT: rc = tide_convert_chat(root, req, err); break;
         case TIDE_API_RESPONSES: rc = tide_convert_responses(root, req, err); break;
         case TIDE_API_MESSAGES: rc = tide_convert_messages(root, req, err); break;
+        case TIDE_API_COMPLETIONS: rc = tide_convert_completions(root, req, err); break;
         }
     }
     json_decref(root);

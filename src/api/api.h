@@ -21,6 +21,7 @@ typedef enum tide_api_kind {
     TIDE_API_CHAT,      /* POST /v1/chat/completions */
     TIDE_API_RESPONSES, /* POST /v1/responses */
     TIDE_API_MESSAGES,  /* POST /v1/messages */
+    TIDE_API_COMPLETIONS, /* POST /v1/completions: a raw prompt (tide_api_req.prompt), raw text out */
 } tide_api_kind;
 
 /* Hostile-input limits for request bodies. */
@@ -82,6 +83,11 @@ typedef struct tide_api_req {
     tide_api_kind kind;
     tide_conv conv;
     tide_gen gen;
+    /* TIDE_API_COMPLETIONS: the prompt, text (owned) or token ids (owned) */
+    char *prompt;
+    size_t prompt_len;
+    int32_t *prompt_ids;
+    size_t n_prompt_ids;
 } tide_api_req;
 
 typedef struct tide_api_err {

@@ -147,20 +147,17 @@ typedef struct tide_gen_sink {
 } tide_gen_sink;
 
 typedef struct tide_gen_input {
-    /* The request: a parsed API request (conversation + settings) ... */
+    /* The request: a parsed API request (tide_api_parse or built by the
+     * caller). Chat Completions, Responses and Messages carry a
+     * conversation, rendered with the V4.1 template; Completions
+     * (TIDE_API_COMPLETIONS) a raw prompt: text tokenized as is (special
+     * tokens in it are matched; <｜begin▁of▁sentence｜> is put in front
+     * unless it starts with it) or token ids taken as they are, and raw
+     * text out (stop strings and EOS only, no reasoning or tool markup).
+     * Only read during tide_gen_submit. */
     const tide_api_req *req;
-    /* ... or, when req is NULL, a raw prompt (completions): text that is
-     * tokenized as is (special tokens in it are matched), or token ids
-     * when prompt_ids is set; settings from `gen` (required then), output
-     * parsed as raw text (stop strings and EOS only, no reasoning or tool
-     * markup). */
-    const char *prompt;
-    size_t prompt_len;
-    const int32_t *prompt_ids;
-    size_t n_prompt_ids;
-    const tide_gen *gen;
-    /* Names the response ("chatcmpl-...", "resp_...", "msg_..."); created:
-     * Unix time. */
+    /* Names the response ("chatcmpl-...", "resp_...", "msg_...", "cmpl-...");
+     * created: Unix time. */
     const char *response_id;
     int64_t created;
     uint64_t cache_salt;      /* prefix-cache isolation (tide_request.cache_salt) */

@@ -63,6 +63,12 @@ void tide_api_out_set_tap(tide_api_out *o, tide_pev_fn fn, void *ud);
  * choice (`last`) writes the closing usage chunk and [DONE]. */
 void tide_api_out_set_choice(tide_api_out *o, int index, int last);
 
+/* The parsed output so far: content (stop sequence and what follows
+ * trimmed), reasoning, and the number of tool calls. */
+const char *tide_api_out_content(const tide_api_out *o, size_t *len);
+const char *tide_api_out_reasoning(const tide_api_out *o, size_t *len);
+size_t tide_api_out_ncalls(const tide_api_out *o);
+
 /* The finish reason as the API names it (after finish). */
 const char *tide_api_out_finish_reason(const tide_api_out *o);
 
