@@ -24,6 +24,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "cli/run_text.h"
 #include "engine/request_jsonl.h"
 #include "tide.h"
 
@@ -69,7 +70,24 @@ static void usage(FILE *f) {
             "                       prefix (exactly a cold prefill with --canonical-layout\n"
             "                       --no-index-quirk)\n"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
-            "pages only with requests of the same salt (docs/engine.md).\n");
+            "pages only with requests of the same salt (docs/engine.md).\n"
+            "\n"
+            "Text (run_text.c; needs MODEL_DIR/tokenizer.json):\n"
+            "  --prompt TEXT        one user turn through the V4.1 template; the reply on\n"
+            "                       stdout as it streams, the reasoning on stderr\n"
+            "  --chat               interactive: one user turn per stdin line (a pipe works),\n"
+            "                       the conversation kept; EOF or /exit ends it\n"
+            "  --raw                --prompt is a raw completion prompt (no template)\n"
+            "  --system TEXT        a system message first\n"
+            "  --thinking           thinking mode; --effort N|NAME its reasoning effort\n"
+            "  --show-reasoning     the reasoning on stdout too\n"
+            "  --temperature T      sampling temperature (default 0: greedy)\n"
+            "  --text               --input is a text batch even when it is stdin (detected\n"
+            "                       from the first line of a file: \"messages\" or \"prompt\")\n"
+            "  Text JSONL lines: a Chat Completions body (\"messages\") or a Completions body\n"
+            "  (\"prompt\": text or ids), plus \"id\"; results {\"id\", \"text\", \"reasoning\",\n"
+            "  \"tool_calls\", \"output_ids\", \"finish_reason\", \"prompt_tokens\",\n"
+            "  \"completion_tokens\", \"cached_tokens\"}.\n");
 }
 
 static int parse_ids(const char *s, int32_t **out, int64_t *n) {
@@ -111,6 +129,7 @@ typedef struct run_opts {
     long long max_tokens, chunk, max_seqs, step_tokens, kv_blocks, kv_block, threads, page_tokens, prefix_replay;
     unsigned long long seed;
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap;
+    tide_run_text_opts text; /* --prompt / --chat / text --input (run_text.c) */
 } run_opts;
 
 /* Returns -1 on success, else the exit code. */
@@ -140,7 +159,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int done = 0;
+        int done = 0, rc;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
             if (strcmp(a, nums[k].flag) != 0 || !v) continue;
             char *end;
@@ -197,14 +216,17 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             o->no_quirk = 1;
         } else if (!strcmp(a, "--overlap")) {
             o->overlap = 1;
+        } else if ((rc = tide_run_text_arg(argc, argv, &i, &o->text)) != 0) {
+            if (rc < 0) return TIDE_EXIT_USAGE;
         } else {
             fprintf(stderr, "tide run: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
             return TIDE_EXIT_USAGE;
         }
     }
-    if (!o->model_dir || (!o->ids_s && !o->input) || (o->ids_s && o->input)) {
-        fprintf(stderr, "tide run: --model and one of --prompt-ids / --input are required\n\n");
+    int modes = !!o->ids_s + !!o->input + !!o->text.prompt + o->text.chat;
+    if (!o->model_dir || modes != 1) {
+        fprintf(stderr, "tide run: --model and one of --prompt-ids / --prompt / --chat / --input are required\n\n");
         usage(stderr);
         return TIDE_EXIT_USAGE;
     }
@@ -460,5 +482,13 @@ int tide_cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
+    if (o.text.prompt || o.text.chat || (o.input && (o.text.text_input || tide_run_text_is_text_input(o.input)))) {
+        tide_engine_config c = engine_config(&o);
+        o.text.input = o.input;
+        o.text.output = o.output;
+        o.text.max_tokens = o.max_tokens;
+        o.text.ignore_eos = o.ignore_eos;
+        return tide_run_text(&o.text, &c);
+    }
     return o.ids_s ? run_ids(&o) : run_jsonl(&o);
 }
