@@ -248,13 +248,13 @@ static void complete(gen_session *s) {
     r.content = tide_api_out_content(c0->out, &r.content_len);
     r.reasoning = tide_api_out_reasoning(c0->out, &r.reasoning_len);
     r.n_calls = tide_api_out_ncalls(c0->out);
-    s->sink.done(s->sink.ud, &r);
-    free(resp);
     tide_gen_unlink_active(g, s);
-    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&g->mu); /* before done: whoever done wakes sees the session counted */
     g->stats.sessions_active--;
     g->stats.sessions_done++;
     pthread_mutex_unlock(&g->mu);
+    s->sink.done(s->sink.ud, &r);
+    free(resp);
     tide_gen_session_free(s);
 }
 
@@ -292,9 +292,12 @@ static int on_parsed(void *ud, const tide_pev *ev, tide_status *st) {
     return 0;
 }
 
+/* Stop ids and the model's end ids (even with ignore_eos) are never text. */
 static int is_stop_id(const gen_session *s, int32_t t) {
     for (int32_t i = 0; i < s->sp.n_stop_tokens; i++)
         if (s->sp.stop_tokens[i] == t) return 1;
+    for (size_t i = 0; i < s->g->n_stop_ids; i++)
+        if (s->g->stop_ids[i] == t) return 1;
     return 0;
 }
 
@@ -320,7 +323,7 @@ static void on_token(gen_choice *c, const tide_event *ev) {
         tide_gen_token t = {.id = ev->token};
         s->sink.token(s->sink.ud, c->index, &t);
     }
-    if (is_stop_id(s, ev->token)) return; /* the engine ends it; its text is not output */
+    if (is_stop_id(s, ev->token)) return; /* the engine ends it (unless ignore_eos); no text */
     const char *text;
     size_t len;
     tide_status st = {0};
