@@ -26,6 +26,8 @@
 #include "api/gen.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "cli/out_file.h"
+#include "cli/stop_signal.h"
 #include "engine/request_jsonl.h"
 #include "text/conv.h"
 #include "text/sbuf.h"
@@ -186,9 +188,10 @@ static int run_chat(tide_gen_engine *g, const tide_run_text_opts *o) {
 typedef struct line_ctx line_ctx;
 
 typedef struct batch {
-    FILE *out;
+    tide_out_file out;   /* cli/out_file.h: temporary file + rename, every write checked */
+    tide_status wst;     /* the first write failure */
     int64_t n_lines, n_finished, n_errors;
-    int write_failed;
+    int write_failed, stopping;
 } batch;
 
 /* One line in flight: its id and the tool calls as they stream. */
@@ -201,7 +204,8 @@ struct line_ctx {
 
 static void write_line(batch *b, json_t *o) {
     char *s = json_dumps(o, JSON_COMPACT);
-    if (!s || fprintf(b->out, "%s\n", s) < 0) b->write_failed = 1;
+    if (!b->write_failed && !s) tide_fail(&b->wst, TIDE_ERR_NOMEM, "writing %s: out of memory", tide_out_name(&b->out));
+    if (!b->write_failed && (!s || tide_out_line(&b->out, s, strlen(s), &b->wst) != 0)) b->write_failed = 1;
     free(s);
     json_decref(o);
     b->n_finished++;
@@ -212,7 +216,6 @@ static void write_error(batch *b, json_t *id, const char *msg) {
                           "output_ids", "finish_reason", "error", "prompt_tokens", 0, "completion_tokens", 0,
                           "cached_tokens", 0, "error", msg);
     if (o) write_line(b, o);
-    else b->write_failed = 1;
     b->n_errors++;
 }
 
@@ -243,8 +246,8 @@ static void line_done(void *ud, const tide_gen_result *r) {
                           (json_int_t)r->usage.prompt_tokens, "completion_tokens",
                           (json_int_t)r->usage.completion_tokens, "cached_tokens", (json_int_t)r->usage.cached_tokens);
     if (o && r->error) json_object_set_new(o, "error", json_string(r->error));
-    if (o) write_line(b, o);
-    else b->write_failed = 1;
+    if (b->stopping) json_decref(o); /* stopped (a signal, a failure): not run, no line */
+    else if (o) write_line(b, o);
     if (r->error) b->n_errors++;
     json_decref(l->id);
     json_decref(l->calls);
@@ -317,46 +320,92 @@ static void submit_line(tide_gen_engine *g, batch *b, const char *text, size_t l
     json_decref(root);
 }
 
-static int run_batch(tide_gen_engine *g, const tide_run_text_opts *o) {
-    batch b = {0};
-    FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
-    if (!in) {
-        fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
-        return TIDE_EXIT_FAIL;
+/* Steps until the batch is done, a write fails or SIGINT / SIGTERM arrives
+ * (returned, else 0); -1 on an engine failure (st). */
+static int step_all(tide_gen_engine *g, batch *b, tide_status *st) {
+    while (tide_gen_busy(g) && !b->write_failed) {
+        int sig = tide_stop_signal_taken();
+        if (sig) return sig;
+        if (tide_gen_step(g, st) != 0) return -1;
     }
-    b.out = !o->output || !strcmp(o->output, "-") ? stdout : fopen(o->output, "w");
-    int rc = TIDE_EXIT_FAIL;
-    if (!b.out) {
-        fprintf(stderr, "tide run: cannot create %s: %s\n", o->output, strerror(errno));
-        goto done;
-    }
+    return 0;
+}
+
+static int read_batch(tide_gen_engine *g, batch *b, FILE *in, const tide_run_text_opts *o) {
     char *line = NULL;
     size_t cap = 0, len;
     int64_t lineno = 0;
     int r;
     while ((r = tide_jsonl_next_line(in, &line, &cap, &len, &lineno)) > 0) {
-        b.n_lines++;
-        submit_line(g, &b, line, len, lineno, o);
+        b->n_lines++;
+        submit_line(g, b, line, len, lineno, o);
     }
     free(line);
+    return r < 0 ? -1 : 0;
+}
+
+/* The results file is committed when everything was written (every
+ * request, or those finished before a stop signal), else removed. */
+static int finish_batch(tide_gen_engine *g, batch *b, int sig, int ok) {
     tide_status st = {0};
-    if (r < 0) {
-        fprintf(stderr, "tide run: reading %s failed\n", o->input);
-    } else if (tide_gen_run(g, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-    } else if (fflush(b.out) != 0 || b.write_failed) {
-        fprintf(stderr, "tide run: writing the results failed\n");
-    } else {
-        tide_gen_stats s;
-        tide_gen_get_stats(g, &s);
-        fprintf(stderr, "tide run: %lld/%lld done, %lld errors, %lld steps, %.1f tok/s (%.2f generated/s)\n",
-                (long long)b.n_finished, (long long)b.n_lines, (long long)b.n_errors, (long long)s.engine.steps,
-                s.engine.tokens_per_s, s.engine.generated_per_s);
-        rc = b.n_errors ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
+    if (b->write_failed) {
+        fprintf(stderr, "tide run: %s\n", b->wst.msg);
+        ok = 0;
     }
-done:
-    if (in != stdin) fclose(in);
-    if (b.out && b.out != stdout && fclose(b.out) != 0) rc = TIDE_EXIT_FAIL;
+    if (!ok) {
+        tide_out_abort(&b->out);
+        return TIDE_EXIT_FAIL;
+    }
+    char name[512]; /* commit frees the path */
+    snprintf(name, sizeof name, "%s", tide_out_name(&b->out));
+    if (tide_out_commit(&b->out, &st) != 0) {
+        fprintf(stderr, "tide run: %s\n", st.msg);
+        return TIDE_EXIT_FAIL;
+    }
+    tide_gen_stats s;
+    tide_gen_get_stats(g, &s);
+    if (sig) {
+        fprintf(stderr, "tide run: stopped by %s: %lld of %lld requests finished (complete lines in %s), %lld not run\n",
+                tide_stop_signal_name(sig), (long long)b->n_finished, (long long)b->n_lines, name,
+                (long long)(b->n_lines - b->n_finished));
+        return 128 + sig;
+    }
+    fprintf(stderr, "tide run: %lld/%lld done, %lld errors, %lld steps, %.1f tok/s (%.2f generated/s)\n",
+            (long long)b->n_finished, (long long)b->n_lines, (long long)b->n_errors, (long long)s.engine.steps,
+            s.engine.tokens_per_s, s.engine.generated_per_s);
+    return b->n_errors ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
+}
+
+static int run_batch(const tide_run_text_opts *o, const tide_engine_config *cfg) {
+    batch b;
+    memset(&b, 0, sizeof b);
+    tide_status st = {0};
+    if (tide_out_open(&b.out, o->output, o->input, &st) != 0) {
+        fprintf(stderr, "tide run: %s\n", st.msg);
+        return TIDE_EXIT_FAIL;
+    }
+    sigset_t old_mask;
+    tide_stop_signals_block(&old_mask); /* before the engine's threads start: they inherit it */
+    tide_gen_engine *g = NULL;
+    int ok = 0, sig = 0;
+    FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
+    if (!in) {
+        fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
+    } else if (tide_gen_create(cfg, NULL, &g, &st) != 0) {
+        fprintf(stderr, "tide run: %s\n", st.msg);
+    } else if (read_batch(g, &b, in, o) != 0) {
+        fprintf(stderr, "tide run: reading %s failed\n", o->input);
+    } else if ((sig = step_all(g, &b, &st)) < 0) {
+        fprintf(stderr, "tide run: %s\n", st.msg);
+        sig = 0;
+    } else {
+        ok = 1;
+    }
+    b.stopping = 1; /* what a stop or a failure left unfinished writes no line */
+    int rc = g ? finish_batch(g, &b, sig, ok) : (tide_out_abort(&b.out), TIDE_EXIT_FAIL);
+    tide_gen_destroy(g);
+    tide_stop_signals_restore(&old_mask);
+    if (in && in != stdin) fclose(in);
     return rc;
 }
 
@@ -422,13 +471,14 @@ int tide_run_text_is_text_input(const char *path) {
 }
 
 int tide_run_text(const tide_run_text_opts *o, const tide_engine_config *cfg) {
+    if (o->input) return run_batch(o, cfg);
     tide_status st = {0};
     tide_gen_engine *g;
     if (tide_gen_create(cfg, NULL, &g, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
         return TIDE_EXIT_FAIL;
     }
-    int rc = o->input ? run_batch(g, o) : o->chat ? run_chat(g, o) : run_prompt(g, o);
+    int rc = o->chat ? run_chat(g, o) : run_prompt(g, o);
     tide_gen_destroy(g);
     return rc;
 }
