@@ -67,6 +67,8 @@ static void test_chat_sampling_errors(void **state) {
     expect_error(C, "{" MSGS ",\"min_p\":-0.1}", "min_p", "outside");
     expect_error(C, "{" MSGS ",\"stop_token_ids\":[1,\"x\"]}", "stop_token_ids[1]", "token id");
     expect_error(C, "{" MSGS ",\"n\":0}", "n", "outside");
+    expect_error(C, "{" MSGS ",\"top_logprobs\":2}", "top_logprobs", "logprobs");
+    expect_error(C, "{" MSGS ",\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs", "outside");
 }
 
 static void test_completions_request(void **state) {
@@ -106,6 +108,13 @@ typedef struct {
     int n;
     char data[16][512];
 } events;
+
+static int sink_any(void *ud, const char *event, const char *data, size_t len, tide_status *st) {
+    events *e = ud;
+    (void)st, (void)event;
+    if (e->n < 16) snprintf(e->data[e->n++], sizeof e->data[0], "%.*s", (int)len, data);
+    return 0;
+}
 
 static int sink(void *ud, const char *event, const char *data, size_t len, tide_status *st) {
     events *e = ud;
@@ -166,12 +175,57 @@ static void test_completions_output(void **state) {
     }
 }
 
+static void test_chat_logprobs(void **state) {
+    (void)state;
+    tide_api_req r = parse_ok(TIDE_API_CHAT, "{" MSGS ",\"logprobs\":true,\"top_logprobs\":5}");
+    assert_true(r.gen.logprobs);
+    assert_int_equal(r.gen.top_logprobs, 5);
+    tide_api_req_free(&r);
+    /* the output: entries in the response, and streamed with the next chunk */
+    for (int stream = 0; stream < 2; stream++) {
+        r = parse_ok(TIDE_API_CHAT, stream ? "{" MSGS ",\"logprobs\":true,\"stream\":true}" : "{" MSGS ",\"logprobs\":true}");
+        events ev = {0};
+        tide_api_out *o;
+        tide_status st = {0};
+        assert_int_equal(tide_api_out_new(&r, 0, "c1", 1, sink_any, &ev, &o, &st), 0);
+        const uint8_t *alt[1] = {(const uint8_t *)"b"};
+        size_t alt_len[1] = {1};
+        float alt_lp[1] = {-2.5f};
+        assert_int_equal(tide_api_out_logprob(o, (const uint8_t *)"\xe4", 1, -0.5f, alt, alt_len, alt_lp, 1, &st), 0);
+        assert_int_equal(tide_api_out_text(o, "hi", 2, &st), 0);
+        assert_int_equal(tide_api_out_finish(o, TIDE_GEN_STOP, NULL, &st), 0);
+        const char *body = NULL;
+        char *resp = NULL;
+        if (stream) {
+            for (int i = 0; i < ev.n && !body; i++)
+                if (strstr(ev.data[i], "\"content\":\"hi\"")) body = ev.data[i];
+        } else {
+            body = resp = tide_api_out_response(o, &st);
+        }
+        assert_non_null(body);
+        json_t *v = json_loads(body, 0, NULL);
+        json_t *e = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(v, "choices"), 0),
+                                                                   "logprobs"), "content"), 0);
+        assert_non_null(e);
+        assert_true(json_real_value(json_object_get(e, "logprob")) == -0.5);
+        assert_int_equal(json_integer_value(json_array_get(json_object_get(e, "bytes"), 0)), 0xe4);
+        assert_string_equal(json_string_value(json_object_get(e, "token")), "\xef\xbf\xbd"); /* a partial character */
+        json_t *alt0 = json_array_get(json_object_get(e, "top_logprobs"), 0);
+        assert_string_equal(json_string_value(json_object_get(alt0, "token")), "b");
+        json_decref(v);
+        free(resp);
+        tide_api_out_free(o);
+        tide_api_req_free(&r);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_sampling),
         cmocka_unit_test(test_chat_sampling_errors),
         cmocka_unit_test(test_completions_request),
         cmocka_unit_test(test_completions_output),
+        cmocka_unit_test(test_chat_logprobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

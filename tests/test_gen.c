@@ -9,6 +9,7 @@
  * a chosen token sequence are handed to a session directly (its event
  * callback), which tests detokenizing and parsing (held-back UTF-8, tool
  * calls, the thinking split, stop strings) on exact outputs. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -642,6 +643,84 @@ static void test_stream_sse(void **state) {
     tide_api_req_free(&req);
 }
 
+/* Chat logprobs: one entry per generated token (greedy: the chosen token is
+ * the best alternative), the bytes add up to the text, streamed or not. */
+static void test_logprobs(void **state) {
+    suite *su = *state;
+    fixture *f = su->f;
+    SKIP_IF_NO_TOKENIZER(f);
+    tide_gen_engine *g = su->g;
+    for (int stream = 0; stream < 2; stream++) {
+        tide_api_req req;
+        chat_req(&req, "Log me");
+        req.gen.max_tokens = 7;
+        req.gen.ignore_eos = 1;
+        req.gen.logprobs = 1;
+        req.gen.top_logprobs = 3;
+        req.gen.stream = stream;
+        rec r;
+        rec_init(&r);
+        run_one(g, &req, &r);
+        json_t *entries = json_array();
+        if (!stream) {
+            json_t *ch = choices_of(r.response);
+            json_array_extend(entries, json_object_get(json_object_get(json_array_get(ch, 0), "logprobs"), "content"));
+            json_decref(ch);
+        } else {
+            char *all = strdup(sbs(&r.sse)), *save = NULL;
+            for (char *line = strtok_r(all, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char *data = strtok_r(NULL, "\n", &save);
+                json_t *c = data ? json_loads(data, 0, NULL) : NULL;
+                json_t *lp = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "logprobs");
+                if (json_is_object(lp)) json_array_extend(entries, json_object_get(lp, "content"));
+                json_decref(c);
+            }
+            free(all);
+        }
+        assert_int_equal(json_array_size(entries), 7);
+        tide_sb bytes;
+        tide_sb_init(&bytes);
+        size_t i;
+        json_t *e;
+        json_array_foreach(entries, i, e) {
+            json_t *top = json_object_get(e, "top_logprobs");
+            assert_int_equal(json_array_size(top), 3);
+            double lp = json_number_value(json_object_get(e, "logprob"));
+            assert_true(lp <= 0);
+            double prev = 0;
+            for (size_t k = 0; k < 3; k++) {
+                double v = json_number_value(json_object_get(json_array_get(top, k), "logprob"));
+                assert_true(v <= prev + 1e-6);
+                prev = v;
+            }
+            /* greedy: the chosen token is the best one */
+            assert_true(json_equal(json_object_get(e, "bytes"), json_object_get(json_array_get(top, 0), "bytes")));
+            assert_true(fabs(lp - json_number_value(json_object_get(json_array_get(top, 0), "logprob"))) < 1e-6);
+            size_t j;
+            json_t *b;
+            json_array_foreach(json_object_get(e, "bytes"), j, b) {
+                char c = (char)json_integer_value(b);
+                tide_sb_addn(&bytes, &c, 1);
+            }
+        }
+        char *text;
+        size_t len;
+        tide_status st = {0};
+        assert_int_equal(tide_detok_decode_all(g->tok, 0, r.ids, (size_t)r.n_output, &text, &len, &st), 0);
+        char *lossy;
+        size_t lossy_len;
+        assert_int_equal(tide_utf8_lossy(bytes.s ? bytes.s : "", bytes.len, &lossy, &lossy_len, &st), 0);
+        assert_int_equal(lossy_len, len);
+        assert_memory_equal(lossy, text, len);
+        free(lossy);
+        free(text);
+        tide_sb_free(&bytes);
+        json_decref(entries);
+        rec_free(&r);
+        tide_api_req_free(&req);
+    }
+}
+
 static void test_cancel_frees_kv(void **state) {
     suite *su = *state;
     fixture *f = su->f;
@@ -787,6 +866,7 @@ int main(void) {
         cmocka_unit_test(test_forced_stops),
         cmocka_unit_test(test_n_and_seeds),
         cmocka_unit_test(test_stream_sse),
+        cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_cancel_frees_kv),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_engine_thread),

@@ -19,7 +19,8 @@ static json_t *usage_json(const tide_api_out *o) {
 
 /* One chunk around `delta` (consumed); finish_reason NULL -> null. */
 static int chunk(tide_api_out *o, json_t *delta, const char *finish, tide_status *st) {
-    json_t *lp = tide_api_out_take_logprobs(o); /* the tokens since the last chunk */
+    /* the tokens since the last chunk ride with the next text (not the role chunk) */
+    json_t *lp = json_object_get(delta, "role") ? NULL : tide_api_out_take_logprobs(o);
     json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", o->choice, "delta", delta, "logprobs",
                                lp ? json_pack("{s:o}", "content", lp) : json_null(), "finish_reason",
                                finish ? json_string(finish) : json_null());
