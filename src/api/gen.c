@@ -134,15 +134,15 @@ static void after_step(tide_gen_engine *g) {
                 again = 1;
                 break;
             }
-            for (int i = 0; i < s->n; i++) {
+            for (int i = 0; !again && i < s->n; i++) {
                 gen_choice *c = &s->ch[i];
                 if (c->ended && c->rid && !c->finished) {
                     tide_status st = {0};
                     (void)tide_engine_cancel(g->e, c->rid, &st);
-                    again = 1;
+                    again = 1; /* its FINISHED may have freed s: rescan */
                 }
             }
-            if (again) break; /* a FINISHED may have freed s */
+            if (again) break;
         }
     }
     release_finished(g);
@@ -169,9 +169,11 @@ static void drain_queues(tide_gen_engine *g) {
     size_t nc = g->n_cancels;
     tide_gen_id cancels[64];
     if (nc > 64) nc = 64;
-    memcpy(cancels, g->cancels, nc * sizeof *cancels);
-    memmove(g->cancels, g->cancels + nc, (g->n_cancels - nc) * sizeof *cancels);
-    g->n_cancels -= nc;
+    if (nc) {
+        memcpy(cancels, g->cancels, nc * sizeof *cancels);
+        memmove(g->cancels, g->cancels + nc, (g->n_cancels - nc) * sizeof *cancels);
+        g->n_cancels -= nc;
+    }
     pthread_mutex_unlock(&g->mu);
     while (p) {
         gen_session *next = p->next;
