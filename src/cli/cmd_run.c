@@ -473,19 +473,11 @@ static int run_jsonl(const run_opts *o) {
     batch b;
     memset(&b, 0, sizeof b);
     tide_status st = {0};
-    if (tide_out_open(&b.out, o->output, o->input, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        return TIDE_EXIT_FAIL;
-    }
     sigset_t old_mask;
-    tide_stop_signals_block(&old_mask); /* before the engine's threads start: they inherit it */
+    FILE *in;
+    if (tide_batch_open(&b.out, &in, &old_mask, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
     tide_engine *e = NULL;
     int ok = 0, sig = 0;
-    FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
-    if (!in) {
-        fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
-        goto done;
-    }
     tide_engine_config c = engine_config(o);
     c.on_event = on_event;
     c.event_ctx = &b;
@@ -513,11 +505,10 @@ static int run_jsonl(const run_opts *o) {
 done:;
     int rc = finish_jsonl(&b, sig, ok, &st);
     tide_engine_destroy(e);
-    tide_stop_signals_restore(&old_mask);
+    tide_batch_close(in, &old_mask);
     for (int64_t i = 0; i < b.n_ids; i++) json_decref(b.ids[i]);
     free(b.ids);
     free(b.done);
-    if (in && in != stdin) fclose(in);
     return rc;
 }
 

@@ -363,18 +363,12 @@ static int run_batch(const tide_run_text_opts *o, const tide_engine_config *cfg)
     batch b;
     memset(&b, 0, sizeof b);
     tide_status st = {0};
-    if (tide_out_open(&b.out, o->output, o->input, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        return TIDE_EXIT_FAIL;
-    }
     sigset_t old_mask;
-    tide_stop_signals_block(&old_mask); /* before the engine's threads start: they inherit it */
+    FILE *in;
+    if (tide_batch_open(&b.out, &in, &old_mask, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
     tide_gen_engine *g = NULL;
     int ok = 0, sig = 0;
-    FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
-    if (!in) {
-        fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
-    } else if (tide_gen_create(cfg, NULL, &g, &st) != 0) {
+    if (tide_gen_create(cfg, NULL, &g, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
     } else if (read_batch(g, &b, in, o) != 0) {
         fprintf(stderr, "tide run: reading %s failed\n", o->input);
@@ -387,8 +381,7 @@ static int run_batch(const tide_run_text_opts *o, const tide_engine_config *cfg)
     b.stopping = 1; /* what a stop or a failure left unfinished writes no line */
     int rc = g ? finish_batch(g, &b, sig, ok) : (tide_out_abort(&b.out), TIDE_EXIT_FAIL);
     tide_gen_destroy(g);
-    tide_stop_signals_restore(&old_mask);
-    if (in && in != stdin) fclose(in);
+    tide_batch_close(in, &old_mask);
     return rc;
 }
 
