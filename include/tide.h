@@ -297,6 +297,9 @@ int64_t tide_engine_clear_prefix_cache(tide_engine *e);
 
 /* The vocabulary size of the loaded model (for callers that validate). */
 int64_t tide_engine_vocab_size(const tide_engine *e);
+/* The model's context in tokens (prompt + generated), max_position_embeddings;
+ * <= 0 when the config sets none. */
+int64_t tide_engine_context(const tide_engine *e);
 
 #ifdef __cplusplus
 }

@@ -755,6 +755,26 @@ static void test_bad_requests(void **state) {
     assert_int_equal(tide_gen_submit(g, &in, NULL, &st), -1);
     assert_non_null(strstr(st.msg, "vocabulary"));
     tide_api_req_free(&req);
+    /* the context (32768 on the tiny shape): an explicit max_tokens beyond it
+     * fails at submission, the mode's default is cut to fit */
+    chat_req(&req, "x");
+    req.gen.max_tokens = (int)tide_engine_context(g->e);
+    in = input(&req, &r);
+    assert_int_equal(tide_gen_submit(g, &in, NULL, &st), -1);
+    assert_non_null(strstr(st.msg, "context"));
+    tide_api_req_free(&req);
+    chat_req(&req, "x");
+    req.conv.thinking = 1;
+    req.gen.max_tokens = tide_conv_default_max_tokens(&req.conv);
+    if (req.gen.max_tokens > tide_engine_context(g->e)) { /* the tiny shape: 65536 > 32768 */
+        tide_gen_id id;
+        in = input(&req, &r);
+        assert_int_equal(tide_gen_submit(g, &in, &id, &st), 0);
+        tide_gen_cancel(g, id);
+        assert_int_equal(r.done, 1);
+        r.done = 0;
+    }
+    tide_api_req_free(&req);
     raw_req(&req, "");
     in = input(&req, &r);
     in.sink.done = NULL;

@@ -56,6 +56,7 @@ int tide_gen_create(const tide_engine_config *cfg, const char *tokenizer, tide_g
         return -1;
     }
     g->vocab = (int32_t)tide_engine_vocab_size(g->e);
+    g->context = tide_engine_context(g->e);
     if (find_stop_ids(g, st) != 0) {
         tide_gen_destroy(g);
         return -1;

@@ -87,6 +87,28 @@ static int sampling(gen_session *s, const tide_gen *gen, tide_status *st) {
     return tide_sampling_params_check(p, g->vocab, st);
 }
 
+/* The context checked here, so the caller gets the error at submission
+ * (the server's 400). A request that did not name max_tokens got the
+ * mode's default (text/conv.h: 8192, or 65536 when thinking), which may
+ * exceed a small model's context: that default is cut to the room left. */
+static int fit_context(gen_session *s, const tide_api_req *req, tide_status *st) {
+    int64_t ctx = s->g->context;
+    if (ctx <= 0) return 0;
+    if (s->n_prompt >= ctx)
+        return tide_fail(st, TIDE_ERR_INVALID, "the prompt is %lld tokens: the model's context is %lld",
+                         (long long)s->n_prompt, (long long)ctx);
+    int64_t room = ctx - s->n_prompt;
+    int defaulted = req->kind != TIDE_API_COMPLETIONS && req->gen.max_tokens == tide_conv_default_max_tokens(&req->conv);
+    if (s->sp.max_tokens > room) {
+        if (!defaulted)
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "max_tokens %lld: the prompt (%lld tokens) leaves room for %lld in the context of %lld",
+                             (long long)s->sp.max_tokens, (long long)s->n_prompt, (long long)room, (long long)ctx);
+        s->sp.max_tokens = room;
+    }
+    return 0;
+}
+
 static int on_parsed(void *ud, const tide_pev *ev, tide_status *st);
 static void stream_failed(gen_session *s, const tide_status *st);
 
@@ -136,7 +158,7 @@ int tide_gen_session_new(tide_gen_engine *g, const tide_gen_input *in, gen_sessi
     s->prompt = ids.ids;
     s->n_prompt = (int64_t)ids.n;
     ids.ids = NULL;
-    if (sampling(s, gen, st) != 0) goto done;
+    if (sampling(s, gen, st) != 0 || fit_context(s, in->req, st) != 0) goto done;
     for (int i = 0; i < s->n; i++)
         if (make_choice(s, in, i, in_reasoning, st) != 0) goto done;
     rc = 0;

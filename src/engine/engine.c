@@ -275,6 +275,8 @@ void tide_engine_destroy(tide_engine *e) {
 
 int64_t tide_engine_vocab_size(const tide_engine *e) { return e->vocab; }
 
+int64_t tide_engine_context(const tide_engine *e) { return e->m->cfg.text.max_position_embeddings; }
+
 int tide_engine_eos_tokens(const tide_engine *e, const int32_t **ids) {
     *ids = e->gen.eos;
     return e->gen.n_eos;
