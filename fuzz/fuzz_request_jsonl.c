@@ -18,6 +18,7 @@ static void check_ok(const tide_jsonl_request *r) {
     if (p->stop_tokens != r->stop || (p->n_stop_tokens == 0) != (r->stop == NULL) || p->n_stop_tokens < 0) abort();
     for (int64_t i = 0; i < q->n_prompt; i++) (void)(volatile int32_t)q->prompt[i]; /* in bounds under ASan */
     if (p->top_k < -1 || !(p->temperature >= 0)) abort();
+    if (q->stop_at_eos != 0 && q->stop_at_eos != 1) abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -132,6 +132,15 @@ typedef struct tide_engine_config {
      * inexact; counted in tide_engine_stats). docs/engine.md, "Inexact
      * pages". */
     int prefix_cache_inexact;
+    /* The decoder variant (docs/replay.md section 2, docs/engine.md
+     * "The decoder variant"): when a request's sequence is prefilled
+     * (at admission, and again after a preemption), only its last
+     * decoder_tail tokens run the layers above the last KV source (they
+     * make no global KV, so the cache and its pages are unaffected). 0 =
+     * off (default); N > 0: a tail of N tokens (shorter tails are
+     * approximate); -1 = the shortest exact tail, n_upper x (window - 1) +
+     * 1 tokens (bit-identical tokens in the chunking-invariant mode). */
+    int64_t decoder_tail;
     tide_event_fn on_event;    /* optional */
     void *event_ctx;
     /* Overlapped scheduling (docs/engine.md, "Overlapped scheduling"):
@@ -256,6 +265,8 @@ typedef struct tide_engine_stats {
     int64_t prefix_inexact_admissions; /* admissions after a bounded replay or an inexact hit */
     int64_t prefix_pages_withheld;     /* inexact pages kept out of the cache (prefix_cache_inexact 0) */
     int64_t prefix_pages_inexact;      /* inexact pages registered (prefix_cache_inexact 1) */
+    int64_t decoder_tail;              /* the decoder variant's tail in use (0 = off) */
+    int64_t decoder_rows_skipped;      /* prefill rows that skipped the layers above the last KV source */
     int64_t kv_blocks_cached;     /* blocks held only by idle cached pages (reclaimable) */
     /* Step phases (docs/engine.md, "Overlapped scheduling"): wall-clock
      * seconds on the thread that drives the engine. prepare = planning

@@ -12,15 +12,24 @@
 set -uo pipefail
 tide=$1 src=$2 bin=$3
 npm=$src/tools/npm
-if [ ! -d "$npm/node_modules/@huggingface/tokenizers" ]; then
-  echo "SKIP: $npm/node_modules is missing; run scripts/oracle-deps.sh to install the oracle"
-  exit 0
+# The oracle's dependencies live under $TIDE_TEST_DEPS_ROOT when set (as for
+# the C tests: testutil.h), else the source tree. Missing: skipped, but a
+# failure under CI (CI set, not 0/false), so a missing setup step cannot
+# hide the test.
+deps=${TIDE_TEST_DEPS_ROOT:-$src}
+if [ ! -d "$deps/tools/npm/node_modules/@huggingface/tokenizers" ]; then
+  case "${CI:-}" in
+    ""|0|false) echo "SKIP: $deps/tools/npm/node_modules is missing; run scripts/oracle-deps.sh to install the oracle"
+                exit 0 ;;
+    *) echo "FAIL: $deps/tools/npm/node_modules is missing (required under CI); run scripts/oracle-deps.sh"
+       exit 1 ;;
+  esac
 fi
 command -v node >/dev/null || { echo "FAIL: node_modules present but node is missing"; exit 1; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/tok-oracle.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-standin=$src/.deps/tokenizer/deepseek-v41-standin.json
+standin=$deps/.deps/tokenizer/deepseek-v41-standin.json
 if [ ! -s "$standin" ]; then
   standin=$work/standin.json
   /usr/bin/python3 "$src/tools/make_standin_tokenizer.py" \

@@ -36,15 +36,9 @@ typedef struct {
 static void make_prompts(const fixture *f, run *r) {
     memset(r, 0, sizeof *r);
     tu_rng g = {f->seed * 17 + 3};
-    int64_t V = f->m->cfg.text.vocab_size;
     for (int i = 0; i < N; i++) {
         r->n_prompt[i] = 2 + (int64_t)(tu_next(&g) % 10);
-        for (int64_t j = 0; j < r->n_prompt[i]; j++) {
-            int32_t t;
-            do t = (int32_t)(tu_next(&g) % (uint64_t)V);
-            while (t == f->m->cfg.image_token_id);
-            r->prompt[i][j] = t;
-        }
+        tn_random_tokens(f->m, &g, r->prompt[i], r->n_prompt[i]);
     }
 }
 

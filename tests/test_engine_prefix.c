@@ -26,16 +26,6 @@ static int teardown(void **state) { return tn_model_teardown(state); }
 
 enum { PAGE = 8, KVB = 2, MAXQ = 32, NEW = 4 };
 
-static void random_tokens(const fixture *f, tu_rng *r, int32_t *out, int64_t n) {
-    int64_t V = f->m->cfg.text.vocab_size;
-    for (int64_t j = 0; j < n; j++) {
-        int32_t t;
-        do t = (int32_t)(tu_next(r) % (uint64_t)V);
-        while (t == f->m->cfg.image_token_id);
-        out[j] = t;
-    }
-}
-
 static tide_engine_config cfg_for(int canonical, int64_t replay) {
     tide_engine_config c = tide_engine_config_default();
     c.n_threads = 2;
@@ -135,7 +125,7 @@ static void make_batch_tails(const fixture *f, batch *b, int n, int64_t shared, 
                              uint64_t tag) {
     tu_rng r = {f->seed * 131 + tag};
     int32_t pre[256];
-    random_tokens(f, &r, pre, shared);
+    tn_random_tokens(f->m, &r, pre, shared);
     memset(b, 0, sizeof *b);
     b->n = n;
     for (int i = 0; i < n; i++) {
@@ -143,7 +133,7 @@ static void make_batch_tails(const fixture *f, batch *b, int n, int64_t shared, 
         b->n_prompt[i] = shared + tail;
         b->prompt[i] = malloc((size_t)b->n_prompt[i] * sizeof(int32_t));
         memcpy(b->prompt[i], pre, (size_t)shared * sizeof(int32_t));
-        random_tokens(f, &r, b->prompt[i] + shared, tail);
+        tn_random_tokens(f->m, &r, b->prompt[i] + shared, tail);
     }
 }
 
@@ -376,7 +366,7 @@ static void test_eviction(void **state) {
         if (warm.n_prompt[i] < 2 * PAGE + 1) { /* at least two full pages each */
             warm.prompt[i] = realloc(warm.prompt[i], (2 * PAGE + 1) * sizeof(int32_t));
             tu_rng r = {f->seed + (uint64_t)i};
-            random_tokens(f, &r, warm.prompt[i] + warm.n_prompt[i], 2 * PAGE + 1 - warm.n_prompt[i]);
+            tn_random_tokens(f->m, &r, warm.prompt[i] + warm.n_prompt[i], 2 * PAGE + 1 - warm.n_prompt[i]);
             warm.n_prompt[i] = 2 * PAGE + 1;
         }
     /* requests N and N+1 repeat the newest and the oldest prompt */
@@ -563,7 +553,7 @@ static void test_random_traffic(void **state) {
     tu_rng r = {f->seed * 7 + 3};
     enum { N = 18 };
     int32_t pre[3][3 * PAGE];
-    for (int k = 0; k < 3; k++) random_tokens(f, &r, pre[k], 3 * PAGE);
+    for (int k = 0; k < 3; k++) tn_random_tokens(f->m, &r, pre[k], 3 * PAGE);
     batch b;
     memset(&b, 0, sizeof b);
     b.n = N;
@@ -573,7 +563,7 @@ static void test_random_traffic(void **state) {
         b.n_prompt[i] = shared + tail;
         b.prompt[i] = malloc((size_t)b.n_prompt[i] * sizeof(int32_t));
         memcpy(b.prompt[i], src, (size_t)shared * sizeof(int32_t));
-        random_tokens(f, &r, b.prompt[i] + shared, tail);
+        tn_random_tokens(f->m, &r, b.prompt[i] + shared, tail);
         b.salt[i] = tu_next(&r) % 2;
     }
     tide_engine_config c = cfg_for((int)(tu_next(&r) % 2), tu_next(&r) % 2 ? -1 : 10);

@@ -300,7 +300,7 @@ static void test_dspark_after_restore(void **state) {
     fixture *f = *state;
     const tide_model *m = f->m;
     const tide_text_config *tc = &m->cfg.text;
-    if (!m->has_dspark) skip();
+    TU_NEED_DEP(m->has_dspark, "DSpark stages in the checkpoint", "a $TIDE_TEST_SHAPE without them");
     int64_t V = tc->vocab_size, B = tc->dspark_block_size;
     enum { N = 26, F = 20 };
     int32_t p[N];

@@ -77,3 +77,20 @@ int tu_system(const char *cmd, char **out) {
     if (rc == -1) return -1;
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
+
+const char *tu_dep_path(char *buf, size_t cap, const char *rel) {
+    const char *root = getenv("TIDE_TEST_DEPS_ROOT");
+    snprintf(buf, cap, "%s/%s", root && *root ? root : TIDE_SOURCE_DIR, rel);
+    return buf;
+}
+
+int tu_under_ci(void) {
+    const char *ci = getenv("CI");
+    return ci && *ci && strcmp(ci, "0") != 0 && strcmp(ci, "false") != 0;
+}
+
+int tu_missing_dep(const char *what, const char *hint) {
+    int ci = tu_under_ci();
+    fprintf(stderr, "%s is missing (%s): %s\n", what, hint, ci ? "FAILED, required under CI" : "skipping");
+    return ci;
+}

@@ -25,4 +25,25 @@ void tu_rmtree(const char *dir);
  * *out (malloc'd, may be NULL) when out is non-NULL. */
 int tu_system(const char *cmd, char **out);
 
+/* Oracle dependencies (the stand-in tokenizer under .deps/, the npm
+ * tokenizers under tools/npm/node_modules). They are looked up under
+ * $TIDE_TEST_DEPS_ROOT when set (sh_oracle_ci.sh points it at an empty
+ * directory), else under the source tree: buf gets ROOT/rel. */
+const char *tu_dep_path(char *buf, size_t cap, const char *rel);
+/* Whether this run is CI's: CI set, and not to "", "0" or "false". */
+int tu_under_ci(void);
+/* Says on stderr that `what` is missing (and how to get it: hint) and
+ * whether that skips the test or, under CI, fails it; returns 1 when it
+ * must fail. */
+int tu_missing_dep(const char *what, const char *hint);
+/* In a cmocka test: skip (fail under CI) unless ok, so that a missing setup
+ * step cannot hide an oracle test in CI. */
+#define TU_NEED_DEP(ok, what, hint)                  \
+    do {                                             \
+        if (!(ok)) {                                 \
+            if (tu_missing_dep((what), (hint))) fail(); \
+            else skip();                             \
+        }                                            \
+    } while (0)
+
 #endif

@@ -40,8 +40,9 @@ static void usage(FILE *f) {
             "--input FILE.jsonl: the requests of a file in the format of 'tide run --input'\n"
             "(one JSON object per line: \"prompt_ids\", \"max_tokens\", sampling fields,\n"
             "\"stop_token_ids\", \"ignore_eos\", \"cache_salt\"; 'tide run --help'), each as\n"
-            "its line says: a line without \"max_tokens\" generates up to G tokens, and EOS\n"
-            "(the model's eos_token_id) ends a request unless the line sets \"ignore_eos\". Blank lines are\n"
+            "its line says: a line without \"max_tokens\" generates up to G tokens, and the\n"
+            "model's EOS ids (eos_token_id; none for synth:) end a request unless the line\n"
+            "sets \"ignore_eos\". Blank lines are\n"
             "skipped. A malformed line or a request the engine rejects fails the run (exit\n"
             "1, the line named). Replaces --requests and --prompt-len; --seed then seeds\n"
             "only the lines without \"seed\" (the engine seed).\n"
@@ -224,6 +225,7 @@ int tide_bench_offline(int argc, char **argv) {
     tide_engine_config c = tide_bench_engine_config(&o.eng);
     c.on_event = tide_recorder_on_event;
     c.event_ctx = &rec;
+    if (strncmp(o.model, "synth:", 6) != 0) c.model_dir = o.model; /* its EOS ids (a synth: shape has none) */
     if (tide_engine_create_with_model(&c, m, &e, &st) != 0) goto done;
     if ((o.input ? drive_jsonl(e, &rec, &jw, &d, &st) : tide_drive(e, &rec, &w, 0, w.n, &d, &st)) != 0) goto done;
     if (rec.n_errors) {

@@ -73,6 +73,9 @@ static void usage(FILE *f) {
             "                       attention windows (default 140); 'full' = the whole\n"
             "                       prefix (exactly a cold prefill with --canonical-layout\n"
             "                       --no-index-quirk)\n"
+            "  --decoder-tail N     the decoder variant: prefills run the layers above the\n"
+            "                       last KV source on the last N tokens only; 'exact' = the\n"
+            "                       shortest exact tail (default 0: off; docs/engine.md)\n"
             "  --prefix-cache-inexact  also cache the pages computed after a bounded-replay\n"
             "                       hit (default: they stay private: docs/engine.md)\n"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
@@ -133,10 +136,24 @@ static int parse_ids(const char *s, int32_t **out, int64_t *n) {
 typedef struct run_opts {
     const char *model_dir, *ids_s, *input, *output;
     long long max_tokens, chunk, max_seqs, step_tokens, kv_blocks, kv_block, threads, page_tokens, prefix_replay;
+    long long decoder_tail;
     unsigned long long seed;
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
     tide_run_text_opts text; /* --prompt / --chat / text --input (run_text.c) */
 } run_opts;
+
+/* A flag's value: a token count 0..max, or `word` (-1). */
+static int count_or_word(const char *flag, const char *v, const char *word, long long max, long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long x = strcmp(v, word) ? strtoll(v, &end, 10) : -1;
+    if (strcmp(v, word) && (*end || end == v || errno || x < 0 || x > max)) {
+        fprintf(stderr, "tide run: %s: '%s' is not a token count (0..%lld) or '%s'\n", flag, v, max, word);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
 
 /* Returns -1 on success, else the exit code. */
 static int parse_args(int argc, char **argv, run_opts *o) {
@@ -206,15 +223,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--canonical-layout")) {
             o->canonical = 1;
         } else if (!strcmp(a, "--prefix-replay") && v) {
-            char *end = NULL;
-            errno = 0;
-            long long x = strcmp(v, "full") ? strtoll(v, &end, 10) : -1;
-            if (strcmp(v, "full") && (*end || end == v || errno || x < 0 || x > (1 << 24))) {
-                fprintf(stderr, "tide run: --prefix-replay: '%s' is not a token count (0..%d) or 'full'\n", v,
-                        1 << 24);
-                return TIDE_EXIT_USAGE;
-            }
-            o->prefix_replay = x;
+            if (count_or_word(a, v, "full", 1 << 24, &o->prefix_replay) != 0) return TIDE_EXIT_USAGE;
+            i++;
+        } else if (!strcmp(a, "--decoder-tail") && v) {
+            if (count_or_word(a, v, "exact", 1 << 30, &o->decoder_tail) != 0) return TIDE_EXIT_USAGE;
             i++;
         } else if (!strcmp(a, "--prefix-cache-inexact")) {
             o->cache_inexact = 1;
@@ -259,6 +271,7 @@ static tide_engine_config engine_config(const run_opts *o) {
     c.page_tokens = o->page_tokens;
     c.prefix_replay = o->prefix_replay;
     c.prefix_cache_inexact = o->cache_inexact;
+    c.decoder_tail = o->decoder_tail;
     return c;
 }
 

@@ -149,10 +149,26 @@ static int check_config(const tide_engine_config *c, int have_model, tide_status
     if (c->prefix_cache_inexact != 0 && c->prefix_cache_inexact != 1)
         return tide_fail(st, TIDE_ERR_INVALID, "engine: prefix_cache_inexact %d is not 0 (off) or 1 (on)",
                          c->prefix_cache_inexact);
+    if (c->decoder_tail < -1 || c->decoder_tail > (1 << 30))
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: decoder_tail %lld: use 0 (off), N > 0 tokens or -1 (exact)",
+                         (long long)c->decoder_tail);
     if (c->overlap != 0 && c->overlap != 1)
         return tide_fail(st, TIDE_ERR_INVALID, "engine: overlap %d is not 0 (off) or 1 (on)", c->overlap);
     /* page_tokens and prefix_replay need the model: checked by the scheduler */
     return 0;
+}
+
+/* The decoder variant's tail in tokens: -1 = the shortest exact one,
+ * n_upper x (window - 1) + 1 (docs/replay.md section 2); 0 = off, also
+ * when the model has no layer above its last KV source. */
+static int64_t decoder_tail(const tide_fwd_ctx *fx, int64_t want) {
+    const tide_model *m = tide_fwd_model(fx);
+    int last = tide_fwd_last_kv_layer(fx);
+    int64_t n_upper = last < 0 ? 0 : m->n_backbone - 1 - last;
+    if (want == 0 || n_upper <= 0) return 0;
+    if (want > 0) return want;
+    int64_t w = m->cfg.text.sliding_window;
+    return n_upper * (w > 1 ? w - 1 : 0) + 1;
 }
 
 static int alloc_buffers(tide_engine *e, tide_status *st) {
@@ -211,7 +227,8 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
                          cfg->prefix_cache,
                          cfg->page_tokens,
                          cfg->prefix_replay,
-                         cfg->prefix_cache_inexact};
+                         cfg->prefix_cache_inexact,
+                         decoder_tail(e->fx, cfg->decoder_tail)};
     if (tide_sched_init(&e->sched, &sc, e->fx, st) != 0) goto fail;
     if (alloc_buffers(e, st) != 0) goto fail;
     /* the overlap's forward thread; without one the passes run inline */
@@ -688,6 +705,8 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
     s->tokens_fed = e->tokens_fed;
     s->tokens_generated = e->tokens_generated;
     s->preemptions = e->sched.preemptions;
+    s->decoder_tail = e->sched.cfg.decoder_tail;
+    s->decoder_rows_skipped = e->sched.decoder_rows_skipped;
     s->failed_passes = e->failed_passes;
     s->step_seconds = e->step_seconds;
     s->last_step_seconds = e->last_step_seconds;

@@ -438,6 +438,10 @@ static int start_seq(tide_sched *s, tide_req *q, int64_t frozen, int64_t start, 
     for (int64_t i = 0; i < q->n_pages && !inexact; i++) inexact = s->px.inexact[q->pages[i]];
     q->exact_pages = inexact ? frozen / s->px.page_tokens : INT64_MAX;
     q->n_withheld = 0;
+    if (s->cfg.decoder_tail > 0 && q->n_tokens > s->cfg.decoder_tail) {
+        q->cache.tail_lo = q->n_tokens - s->cfg.decoder_tail; /* the last row always runs them */
+        if (q->cache.tail_lo > start) s->decoder_rows_skipped += q->cache.tail_lo - start;
+    }
     if (s->prefix_on) {
         s->px.lookup_tokens += q->n_tokens - 1;
         s->px.hit_tokens += frozen;

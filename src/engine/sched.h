@@ -42,7 +42,13 @@
  * a request that hit an inexact page. By default such pages stay private to
  * the request (never registered), so the approximation cannot spread to
  * later requests; with cache_inexact they are registered and marked, and a
- * hit on one makes the hitter's later pages inexact in turn. */
+ * hit on one makes the hitter's later pages inexact in turn.
+ *
+ * Decoder variant (decoder_tail > 0). A sequence started at admission
+ * (fresh, restored from a hit, or recomputed after a preemption) gets
+ * tail_lo = its length - decoder_tail: the rows before it skip the layers
+ * above the last KV source. Those layers make no global KV, so the pages
+ * it registers are the same either way. */
 #ifndef TIDE_ENGINE_SCHED_H
 #define TIDE_ENGINE_SCHED_H
 
@@ -61,6 +67,7 @@ typedef struct tide_sched_cfg {
     int64_t page_tokens;     /* 0 = derived (see tide_sched_page_unit) */
     int64_t prefix_replay;   /* -1 = the whole prefix */
     int cache_inexact;       /* 1 = register pages computed after a bounded replay too (marked) */
+    int64_t decoder_tail;    /* > 0: the decoder variant's tail (tide_seq_cache.tail_lo); 0 = off */
 } tide_sched_cfg;
 
 /* The prefix cache's side of the scheduler: the page index and, per page, the
@@ -106,6 +113,7 @@ typedef struct tide_sched {
     tide_req **running;         /* [max_seqs], admission order */
     int n_running;
     int64_t preemptions;
+    int64_t decoder_rows_skipped; /* rows fed below their tail_lo */
     tide_sched_plan plan;       /* the next step's */
     /* The step launched and not yet completed (tide_sched_launch ..
      * tide_sched_land): a copy of its plan. Planning the next step while it

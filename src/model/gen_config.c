@@ -10,6 +10,18 @@
 
 #include "base/json.h"
 
+/* j, as parsed from `name`, must be an object: *out = j, or -1 (j freed). */
+static int take_object(json_t *j, const json_error_t *je, const char *name, json_t **out, tide_status *st) {
+    *out = NULL;
+    if (!j) return tide_fail(st, TIDE_ERR_FORMAT, "%s: not JSON (%s at line %d)", name, je->text, je->line);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return tide_fail(st, TIDE_ERR_FORMAT, "%s: expected an object", name);
+    }
+    *out = j;
+    return 0;
+}
+
 /* Loads dir/name when it is a regular file (a FIFO would block the open):
  * 0 with *out = NULL when absent, -1 on a file that cannot be read as JSON. */
 static int load(const char *dir, const char *name, json_t **out, tide_status *st) {
@@ -23,14 +35,7 @@ static int load(const char *dir, const char *name, json_t **out, tide_status *st
     }
     if (!S_ISREG(sb.st_mode)) return tide_fail(st, TIDE_ERR_IO, "%s is not a regular file", path);
     json_error_t je;
-    *out = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!*out) return tide_fail(st, TIDE_ERR_FORMAT, "%s: not JSON (%s at line %d)", path, je.text, je.line);
-    if (!json_is_object(*out)) {
-        json_decref(*out);
-        *out = NULL;
-        return tide_fail(st, TIDE_ERR_FORMAT, "%s: expected an object", path);
-    }
-    return 0;
+    return take_object(json_load_file(path, JSON_REJECT_DUPLICATES, &je), &je, path, out, st);
 }
 
 static int take_id(json_t *v, int64_t vocab, int32_t *out, const char *where, tide_status *st) {
@@ -64,18 +69,47 @@ static int take_eos(json_t *obj, int64_t vocab, const char *where, tide_gen_conf
     return 0;
 }
 
+/* The ids from the parsed files (either may be NULL: absent). */
+static int from_json(json_t *gen, json_t *cfg, int64_t vocab, tide_gen_config *g, tide_status *st) {
+    memset(g, 0, sizeof *g);
+    if (take_eos(gen, vocab, "generation_config.json: eos_token_id", g, st) != 0) return -1;
+    if (g->n_eos == 0 && take_eos(cfg, vocab, "config.json: eos_token_id", g, st) != 0) return -1;
+    if (g->n_eos == 0 &&
+        take_eos(json_object_get(cfg, "text_config"), vocab, "config.json: text_config.eos_token_id", g, st) != 0)
+        return -1;
+    return 0;
+}
+
 int tide_gen_config_read(const char *dir, int64_t vocab, tide_gen_config *g, tide_status *st) {
     memset(g, 0, sizeof *g);
-    json_t *gen, *cfg = NULL;
-    if (load(dir, "generation_config.json", &gen, st) != 0) return -1;
-    int rc = take_eos(gen, vocab, "generation_config.json: eos_token_id", g, st);
+    json_t *gen = NULL, *cfg = NULL;
+    int rc = load(dir, "generation_config.json", &gen, st) == 0 && load(dir, "config.json", &cfg, st) == 0 &&
+                     from_json(gen, cfg, vocab, g, st) == 0
+                 ? 0
+                 : -1;
     json_decref(gen);
-    if (rc == 0 && g->n_eos == 0 && (rc = load(dir, "config.json", &cfg, st)) == 0) {
-        rc = take_eos(cfg, vocab, "config.json: eos_token_id", g, st);
-        if (rc == 0 && g->n_eos == 0)
-            rc = take_eos(json_object_get(cfg, "text_config"), vocab, "config.json: text_config.eos_token_id", g, st);
-    }
     json_decref(cfg);
+    return rc;
+}
+
+/* text[0..n) as a JSON object (NULL text: absent). */
+static int parse_text(const char *text, size_t n, const char *name, json_t **out, tide_status *st) {
+    *out = NULL;
+    if (!text) return 0;
+    json_error_t je;
+    return take_object(json_loadb(text, n, JSON_REJECT_DUPLICATES, &je), &je, name, out, st);
+}
+
+int tide_gen_config_parse(const char *gen, size_t gen_len, const char *cfg, size_t cfg_len, int64_t vocab,
+                          tide_gen_config *g, tide_status *st) {
+    memset(g, 0, sizeof *g);
+    json_t *gj = NULL, *cj = NULL;
+    int rc = parse_text(gen, gen_len, "generation_config.json", &gj, st) == 0 &&
+                     parse_text(cfg, cfg_len, "config.json", &cj, st) == 0 && from_json(gj, cj, vocab, g, st) == 0
+                 ? 0
+                 : -1;
+    json_decref(gj);
+    json_decref(cj);
     return rc;
 }
 

@@ -30,6 +30,11 @@ typedef struct tide_gen_config {
  * range, fails naming the file and the key. */
 int tide_gen_config_read(const char *dir, int64_t vocab, tide_gen_config *g, tide_status *st);
 
+/* The same from the files' texts (NULL: that file is absent); the entry
+ * point of fuzz/fuzz_gen_config.c. */
+int tide_gen_config_parse(const char *gen, size_t gen_len, const char *cfg, size_t cfg_len, int64_t vocab,
+                          tide_gen_config *g, tide_status *st);
+
 /* Writes dir/generation_config.json {"bos_token_id": bos, "eos_token_id":
  * eos[0] (an integer when there is one, else the list)}. */
 int tide_gen_config_write(const char *dir, int64_t bos, const int32_t *eos, int n_eos, tide_status *st);
