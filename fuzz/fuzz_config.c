@@ -36,6 +36,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (tide_config_to_json_text(c, &json, &st) != 0) abort();
         if (tide_config_from_json_text(json, "fuzz-roundtrip", d, &st) != 0) abort();
         if (memcmp(c->roles, d->roles, sizeof(tide_layer_role) * (size_t)c->n_layers) != 0) abort();
+        /* every field, the optional ones included: what was absent stays absent */
+        if (memcmp(&c->text, &d->text, sizeof c->text) || memcmp(&c->vision, &d->vision, sizeof c->vision) ||
+            memcmp(&c->synth, &d->synth, sizeof c->synth) || c->image_token_id != d->image_token_id ||
+            strcmp(c->model_type, d->model_type))
+            abort();
         free(json);
         /* listing is linear in layers x experts: keep it cheap */
         if ((int64_t)c->n_layers * (c->text.n_routed_experts + c->text.dspark_n_routed_experts) < 20000) {

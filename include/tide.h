@@ -47,6 +47,7 @@ extern "C" {
 #endif
 
 typedef struct tide_engine tide_engine;
+struct tide_kv_tier; /* cache/kv_tier.h: the tiers behind the prefix cache */
 typedef int64_t tide_request_id; /* > 0, unique within an engine, never reused */
 
 typedef enum tide_finish_reason {
@@ -151,6 +152,12 @@ typedef struct tide_engine_config {
      * there the gap between passes is the sampler, and planning is too
      * cheap for the thread to pay (docs/engine.md has the figures). */
     int overlap;
+    /* Tiers behind the prefix cache (host memory, SSD, a shared store:
+     * docs/kvstore.md), e.g. tide_kvtiers_hooks(); NULL (default) = none.
+     * Pages the cache registers are handed to it (written behind the
+     * request); a submitted request's pages the cache lacks are fetched
+     * from it. Borrowed: it must outlive the engine. */
+    const struct tide_kv_tier *kv_tier;
 } tide_engine_config;
 
 tide_engine_config tide_engine_config_default(void);
@@ -268,6 +275,8 @@ typedef struct tide_engine_stats {
     int64_t decoder_tail;              /* the decoder variant's tail in use (0 = off) */
     int64_t decoder_rows_skipped;      /* prefill rows that skipped the layers above the last KV source */
     int64_t kv_blocks_cached;     /* blocks held only by idle cached pages (reclaimable) */
+    int64_t kv_tier_fetched;      /* pages brought into the cache from cfg.kv_tier */
+    int64_t kv_tier_stored;       /* pages handed to cfg.kv_tier */
     /* Step phases (docs/engine.md, "Overlapped scheduling"): wall-clock
      * seconds on the thread that drives the engine. prepare = planning
      * (admission, preemption, prefix lookups, the batch's descriptors);

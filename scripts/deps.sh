@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libjansson-dev libutf8proc-dev libonig-dev libcmocka-dev
-      python3 python3-numpy ca-certificates)
+      python3 python3-numpy ca-certificates
+      libisal-dev liburing-dev libxxhash-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

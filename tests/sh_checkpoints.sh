@@ -3,7 +3,9 @@
 # message naming the problem. Writes a tiny synthetic checkpoint, then makes
 # damaged copies of it (truncated shard, bad header, wrong dtype or shape in a
 # header, missing tensor, missing shard, missing config field, inconsistent
-# layer list, config that is not JSON) and inspects each.
+# layer list, config that is not JSON) and inspects each; tide run must refuse
+# each the same way (one validation), FIFOs in place of files are refused at
+# once, and the reference's text-only layout (synth --no-vision) loads and runs.
 # Usage: sh_checkpoints.sh TIDE_EXE SRC_DIR BIN_DIR   (env TIDE_PYTHON)
 set -u
 TIDE=$1
@@ -143,6 +145,102 @@ check "config not JSON" 1 "invalid JSON" "$TIDE" inspect "$D"
 
 D=$(copy noconfig); rm "$D/config.json"
 check "no config" 1 "config.json" "$TIDE" inspect "$D"
+
+# --- tide run refuses every broken copy above, as inspect does ---
+# (one validation: model/checkpoint.h; tide run loads through tide_model_load)
+# with the message inspect gives (its first line, less inspect's own prefixes)
+for d in truncated badlen badjson dtype shape missing noshard noindex field type layers extra ratios cand \
+         othercfg notjson noconfig; do
+    msg=$("$TIDE" inspect "$WORK/$d" 2>&1 >/dev/null | head -1 | sed "s|^tide inspect: ||; s|^$WORK/$d: ||")
+    check "run refuses $d as inspect does" 1 "$msg" "$TIDE" run --model "$WORK/$d" --prompt-ids 1,2 --max-tokens 1
+done
+check "run partial" 1 "cannot run" "$TIDE" run --model "$P" --prompt-ids 1,2 --max-tokens 1
+
+# A ratio the forward pass cannot hold: both refuse it naming the field.
+D=$(copy bigratio); edit_config "$D" 'c["text_config"]["compress_ratios"] = [1024 if r == 2 else r for r in c["text_config"]["compress_ratios"]]'
+check "inspect ratio 1024" 1 "text_config.compress_ratios[2] = 1024 must be in 0..64" "$TIDE" inspect "$D"
+check "run ratio 1024" 1 "text_config.compress_ratios[2] = 1024 must be in 0..64" \
+    "$TIDE" run --model "$D" --prompt-ids 1,2 --max-tokens 1
+
+# A tensor the config does not call for, in a shard and in the index: both refuse it.
+D=$(copy added); own "$D" $SHARD2
+"$PY" - "$D" $SHARD2 <<'EOF2'
+import json, struct, sys
+d, name = sys.argv[1], sys.argv[2]
+path = f"{d}/{name}"
+raw = open(path, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+data = raw[8 + n:]
+h["layers.0.ffn.extra_bias"] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
+text = json.dumps(h, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + data + b"\0\0\0\0")
+ix = json.load(open(f"{d}/model.safetensors.index.json"))
+ix["weight_map"]["layers.0.ffn.extra_bias"] = name
+json.dump(ix, open(f"{d}/model.safetensors.index.json", "w"))
+EOF2
+check "inspect added tensor" 1 "tensor layers.0.ffn.extra_bias in $SHARD2 is not part of the model" "$TIDE" inspect "$D"
+check "run added tensor" 1 "tensor layers.0.ffn.extra_bias in $SHARD2 is not part of the model" \
+    "$TIDE" run --model "$D" --prompt-ids 1,2 --max-tokens 1
+
+# --- the reference's text-only layout (tide synth --no-vision) ---
+V="$WORK/novision"
+check "synth --no-vision" 0 "wrote" "$TIDE" synth --shape tiny -o "$V" --seed 7 -q --no-tokenizer --no-vision
+check "no vision_config written" 0 "" "$PY" -c "import json,sys; c=json.load(open('$V/config.json')); \
+sys.exit(any(k in c for k in ('vision_config','image_token_id','model_type')) or 'model_type' in c['text_config'])"
+check "no bias_vl written" 1 "" grep -q bias_vl "$V/model.safetensors.index.json"
+check "inspect text-only" 0 "verified: all 964 tensors" "$TIDE" inspect "$V"
+check "run text-only" 0 "generated" "$TIDE" run --model "$V" --prompt-ids 1,2,3 --max-tokens 3
+# the same weights as the checkpoint with a (disabled) vision_config: the same tokens
+"$TIDE" run --model "$G" --prompt-ids 1,2,3 --max-tokens 3 >"$WORK/ids.g" 2>/dev/null
+"$TIDE" run --model "$V" --prompt-ids 1,2,3 --max-tokens 3 >"$WORK/ids.v" 2>/dev/null
+check "text-only generates as vision-disabled" 0 "" cmp "$WORK/ids.g" "$WORK/ids.v"
+# with a vision tower the config must name the image token (and bias_vl is required)
+D=$(copy vision); edit_config "$D" 'c["vision_config"]["num_hidden_layers"] = 2; del c["image_token_id"]'
+check "vision needs image_token_id" 1 "image_token_id is missing (required with a vision tower" "$TIDE" inspect "$D"
+D=$(copy visionvl); edit_config "$D" 'c["vision_config"]["num_hidden_layers"] = 2'
+check "vision needs bias_vl" 1 "tensor layers.0.ffn.gate.bias_vl is missing" "$TIDE" inspect "$D"
+check "run: vision needs bias_vl" 1 "tensor layers.0.ffn.gate.bias_vl is missing" \
+    "$TIDE" run --model "$D" --prompt-ids 1,2 --max-tokens 1
+
+# --- messages that say what is wrong ---
+check "run on config.json" 1 "config.json is not a directory" \
+    "$TIDE" run --model "$G/config.json" --prompt-ids 1,2 --max-tokens 1
+check "inspect on config.json" 1 "give $G)" "$TIDE" inspect "$G/config.json"
+check "inspect config file --config-only" 0 "layer roles" "$TIDE" inspect "$G/config.json" --config-only
+D=$(copy shape22)
+N=$(grep -o '"layers.0.attn.attn_sink": *"[^"]*"' "$D/model.safetensors.index.json" | sed 's/.*: *"//; s/"$//')
+own "$D" "$N"; edit_header "$D" "$N" 'h["layers.0.attn.attn_sink"]["shape"] = [2, 2]'
+check "shape [2, 2] for [4]" 1 "layers.0.attn.attn_sink in $N is F32 [2, 2]; expected F32 [4]" "$TIDE" inspect "$D"
+check "run: shape [2, 2] for [4]" 1 "layers.0.attn.attn_sink in $N is F32 [2, 2]; expected F32 [4]" \
+    "$TIDE" run --model "$D" --prompt-ids 1,2 --max-tokens 1
+
+# --- a FIFO in place of a file is refused at once, never waited on ---
+# (timeout only guards against the old hang; the check is the message)
+D=$(copy fifocfg); rm "$D/config.json"; mkfifo "$D/config.json"
+check "inspect FIFO config" 1 "config.json is a FIFO, not a regular file" timeout 20 "$TIDE" inspect "$D"
+check "run FIFO config" 1 "config.json is a FIFO, not a regular file" \
+    timeout 20 "$TIDE" run --model "$D" --prompt-ids 1,2 --max-tokens 1
+D=$(copy fifoshard); rm "$D/$SHARD2"; mkfifo "$D/$SHARD2"
+check "inspect FIFO shard" 1 "$SHARD2 is a FIFO, not a regular file" timeout 20 "$TIDE" inspect "$D"
+check "run FIFO shard" 1 "$SHARD2 is a FIFO, not a regular file" \
+    timeout 20 "$TIDE" run --model "$D" --prompt-ids 1,2 --max-tokens 1
+D=$(copy fifoindex); rm "$D/model.safetensors.index.json"; mkfifo "$D/model.safetensors.index.json"
+check "inspect FIFO index" 1 "index.json is a FIFO, not a regular file" timeout 20 "$TIDE" inspect "$D"
+
+# --- the engram token map: never silently the synthetic stand-in ---
+check "inspect: synthetic map recorded" 0 "engram token map: tide's synthetic stand-in" "$TIDE" inspect "$G"
+D=$(copy tokgone); edit_config "$D" 'c["tide_synthetic"]["engram_token_map"] = "tokenizer"'
+check "inspect: tokenizer.json required" 1 "tokenizer.json is missing: the engram layers" "$TIDE" inspect "$D"
+check "run: tokenizer.json required" 1 "tokenizer.json is missing: the engram layers" \
+    "$TIDE" run --model "$D" --prompt-ids 1,2 --max-tokens 1
+D=$(copy tokold); edit_config "$D" 'del c["tide_synthetic"]["engram_token_map"]'
+check "run: no record, no tokenizer" 1 "tokenizer.json is missing" \
+    "$TIDE" run --model "$D" --prompt-ids 1,2 --max-tokens 1
+D=$(copy tokfifo); edit_config "$D" 'c["tide_synthetic"]["engram_token_map"] = "tokenizer"'; mkfifo "$D/tokenizer.json"
+check "run FIFO tokenizer" 1 "tokenizer.json is a FIFO, not a regular file" \
+    timeout 20 "$TIDE" run --model "$D" --prompt-ids 1,2 --max-tokens 1
 
 if [ "$fails" != 0 ]; then echo "$fails check(s) failed"; exit 1; fi
 echo "all checks passed"

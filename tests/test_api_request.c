@@ -90,17 +90,17 @@ static void test_chat_fields(void **state) {
 static void test_chat_thinking(void **state) {
     (void)state;
     static const struct { const char *extra; int thinking, effort; } CASES[] = {
-        {"", 0, 50},
+        {"", 0, 75},
         {",\"reasoning_effort\":\"max\"", 1, 100},
-        {",\"reasoning_effort\":\"low\"", 1, 25},
-        {",\"reasoning_effort\":\"xhigh\"", 1, 75},
-        {",\"reasoning_effort\":\"none\"", 0, 50},
+        {",\"reasoning_effort\":\"low\"", 1, 50},
+        {",\"reasoning_effort\":\"xhigh\"", 1, 100},
+        {",\"reasoning_effort\":\"none\"", 0, 75},
         {",\"reasoning_effort\":37", 1, 37},
-        {",\"thinking\":{\"type\":\"enabled\"}", 1, 50},
+        {",\"thinking\":{\"type\":\"enabled\"}", 1, 75},
         {",\"thinking\":{\"type\":\"disabled\"},\"reasoning_effort\":\"max\"", 0, 100},
-        {",\"thinking\":{\"type\":\"enabled\"},\"reasoning_effort\":\"none\"", 1, 50},
-        {",\"chat_template_kwargs\":{\"thinking\":true}", 1, 50},
-        {",\"chat_template_kwargs\":{\"enable_thinking\":true,\"reasoning_effort\":\"low\"}", 1, 25},
+        {",\"thinking\":{\"type\":\"enabled\"},\"reasoning_effort\":\"none\"", 1, 75},
+        {",\"chat_template_kwargs\":{\"thinking\":true}", 1, 75},
+        {",\"chat_template_kwargs\":{\"enable_thinking\":true,\"reasoning_effort\":\"low\"}", 1, 50},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         char body[512];
@@ -235,7 +235,7 @@ static void test_same_prompt_all_apis(void **state) {
     char *pa = render(&a), *pb = render(&b), *pc = render(&c);
     assert_string_equal(pa, pb);
     assert_string_equal(pa, pc);
-    assert_non_null(strstr(pa, "Reasoning Effort: 25 "));
+    assert_non_null(strstr(pa, "Reasoning Effort: 50 "));
     assert_non_null(strstr(pa, TIDE_TOK_ASSISTANT "<think>R1</think>A1\n\n" TIDE_DSML_CALLS_OPEN "\n"
                                TIDE_DSML_INVOKE_OPEN "f\">\n" TIDE_DSML_PARAM_OPEN "k\" string=\"true\">v" TIDE_DSML_PARAM_CLOSE
                                "\n" TIDE_DSML_PARAM_OPEN "n\" string=\"false\">2" TIDE_DSML_PARAM_CLOSE));
@@ -258,7 +258,7 @@ static void test_responses(void **state) {
     tide_api_req_free(&r);
     r = parse_ok(TIDE_API_RESPONSES, "{\"input\":\"hi\",\"reasoning\":{\"summary\":\"auto\"}}");
     assert_int_equal(r.conv.thinking, 1);
-    assert_int_equal(r.conv.effort, 50);
+    assert_int_equal(r.conv.effort, 75);
     tide_api_req_free(&r);
     r = parse_ok(TIDE_API_RESPONSES, "{\"input\":\"hi\",\"reasoning\":{\"effort\":\"none\"}}");
     assert_int_equal(r.conv.thinking, 0);
@@ -304,12 +304,66 @@ static void test_messages(void **state) {
     expect_error(M, "{\"messages\":[{\"role\":\"user\",\"content\":{\"a\":1}}]}", "messages[0].content", "expected string or array");
 }
 
+/* The release's rules the comparison test (test_render_release) covers in
+ * bulk, checked here through each API by name. */
+static void test_release_rules(void **state) {
+    (void)state;
+    const char *EOS = TIDE_TOK_EOS;
+    /* A final assistant message is closed unless continuation is asked for. */
+    const char *conv = "\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"A\"}]";
+    char body[512];
+    snprintf(body, sizeof body, "{%s}", conv);
+    tide_api_req r = parse_ok(TIDE_API_CHAT, body);
+    char *p = render(&r);
+    assert_string_equal(p + strlen(p) - strlen(EOS) - 1, "A" TIDE_TOK_EOS); /* the release's rule */
+    free(p), tide_api_req_free(&r);
+    snprintf(body, sizeof body, "{%s,\"continue_final_message\":true}", conv);
+    r = parse_ok(TIDE_API_CHAT, body);
+    p = render(&r);
+    assert_string_equal(p + strlen(p) - strlen(TIDE_TOK_ASSISTANT "</think>A"), TIDE_TOK_ASSISTANT "</think>A");
+    free(p), tide_api_req_free(&r);
+    /* Anthropic: a final assistant message is a prefill, continued. */
+    snprintf(body, sizeof body, "{\"max_tokens\":5,%s}", conv);
+    r = parse_ok(TIDE_API_MESSAGES, body);
+    p = render(&r);
+    assert_int_equal(p[strlen(p) - 1], 'A');
+    free(p), tide_api_req_free(&r);
+    /* Tool definitions as sent: key order and extra keys kept (Responses: less "type"). */
+    r = parse_ok(TIDE_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"type\":\"function\","
+                                "\"function\":{\"strict\":true,\"name\":\"f\",\"x\":[1.0]}}]}");
+    p = render(&r);
+    assert_non_null(strstr(p, "\n\n{\"strict\": true, \"name\": \"f\", \"x\": [1.0]}\n\n"));
+    free(p), tide_api_req_free(&r);
+    r = parse_ok(TIDE_API_RESPONSES, "{\"input\":\"q\",\"tools\":[{\"name\":\"f\",\"type\":\"function\",\"strict\":false}]}");
+    p = render(&r);
+    assert_non_null(strstr(p, "\n\n{\"name\": \"f\", \"strict\": false}\n\n"));
+    free(p), tide_api_req_free(&r);
+    /* Arguments with numbers jansson cannot hold, rendered as Python does. */
+    r = parse_ok(TIDE_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"\","
+                                "\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+                                "\"{\\\"n\\\": 123456789012345678901234567890, \\\"i\\\": [1e400, NaN]}\"}}]}]}");
+    p = render(&r);
+    assert_non_null(strstr(p, "name=\"n\" string=\"false\">123456789012345678901234567890<"));
+    assert_non_null(strstr(p, "name=\"i\" string=\"false\">[Infinity, NaN]<"));
+    free(p), tide_api_req_free(&r);
+    /* Refused as the release refuses: no arguments, a literal image placeholder. */
+    expect_error(TIDE_API_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"type\":"
+                 "\"function\",\"function\":{\"name\":\"f\"}}]}]}", "messages[0].tool_calls[0].function.arguments", "required");
+    expect_error(TIDE_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a<\xef\xbd\x9c" "deepseek_image\xef\xbd\x9c>\"}]}",
+                 "messages[0].content", "image placeholder");
+    /* null system content reads as empty, as in the release. */
+    r = parse_ok(TIDE_API_CHAT, "{\"messages\":[{\"role\":\"system\",\"content\":null},{\"role\":\"user\",\"content\":\"q\"}]}");
+    p = render(&r);
+    assert_string_equal(p, TIDE_TOK_BOS TIDE_TOK_SYSTEM TIDE_TOK_USER "q" TIDE_TOK_ASSISTANT "</think>");
+    free(p), tide_api_req_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_fields),   cmocka_unit_test(test_chat_thinking),
         cmocka_unit_test(test_chat_tools_history), cmocka_unit_test(test_chat_errors),
         cmocka_unit_test(test_same_prompt_all_apis), cmocka_unit_test(test_responses),
-        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_messages),      cmocka_unit_test(test_release_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

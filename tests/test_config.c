@@ -3,6 +3,7 @@
  * the role table is checked against the spec's prose description, written
  * out independently of config_check.c's rules. */
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,20 @@ static int keys_of(json_t *obj, char keys[][100], int cap) {
     return n;
 }
 
+/* Fields the reference's ModelArgs never reads: optional, the config loads
+ * without them (vision_config as a whole: the fixture then has no tower). */
+static int optional_field(const char *prefix, const char *k) {
+    static const char *const opt[] = {"model_type",          "vision_config",
+                                      "text_config.model_type", "text_config.topk_method",
+                                      "text_config.num_key_value_heads", "text_config.rope_scaling.rope_type",
+                                      "vision_config.model_type"};
+    char full[220];
+    snprintf(full, sizeof full, "%.100s%.100s", prefix, k);
+    for (size_t i = 0; i < sizeof opt / sizeof *opt; i++)
+        if (!strcmp(full, opt[i])) return 1;
+    return 0;
+}
+
 static void remove_each(json_t *root, json_t *obj, const char *prefix) {
     char keys[128][100];
     int n = keys_of(obj, keys, 128);
@@ -206,9 +221,85 @@ static void remove_each(json_t *root, json_t *obj, const char *prefix) {
         json_t *val = json_object_get(obj, k);
         json_incref(val);
         json_object_del(obj, k);
-        expect_fail_with(root, want);
+        if (optional_field(prefix, k)) {
+            tide_config *cfg = malloc(sizeof *cfg);
+            tide_status st = {0};
+            if (parse_json(root, cfg, &st) != 0) fail_msg("without optional %s%s: %s", prefix, k, st.msg);
+            free(cfg);
+        } else {
+            expect_fail_with(root, want);
+        }
         json_object_set_new(obj, k, val);
     }
+}
+
+/* The reference's text-only layout: no vision_config, no image_token_id and
+ * no model_type anywhere loads as a text-only model, and is written back
+ * the same way (round trip). With a vision tower, image_token_id is required. */
+static void test_text_only_layout(void **state) {
+    (void)state;
+    json_t *j = load_fixture();
+    json_object_del(j, "vision_config");
+    json_object_del(j, "image_token_id");
+    json_object_del(j, "model_type");
+    json_object_del(json_object_get(j, "text_config"), "model_type");
+    tide_config *c = malloc(sizeof *c), *d = malloc(sizeof *d);
+    tide_status st = {0};
+    if (parse_json(j, c, &st) != 0) fail_msg("%s", st.msg);
+    assert_int_equal(c->vision.present, 0);
+    assert_int_equal(c->vision.num_hidden_layers, 0);
+    assert_int_equal(c->image_token_id, -1);
+    assert_string_equal(c->model_type, "");
+    char *text;
+    assert_int_equal(tide_config_to_json_text(c, &text, &st), 0);
+    assert_null(strstr(text, "vision_config"));
+    assert_null(strstr(text, "image_token_id"));
+    assert_null(strstr(text, "model_type"));
+    assert_int_equal(tide_config_from_json_text(text, "rt.json", d, &st), 0);
+    assert_memory_equal(c, d, sizeof *c);
+    free(text);
+    /* a text-only config may still name the image token; it must be in the vocabulary */
+    json_object_set_new(j, "image_token_id", json_integer(129264));
+    assert_int_equal(parse_json(j, c, &st), 0);
+    assert_int_equal(c->image_token_id, 129264);
+    json_object_set_new(j, "image_token_id", json_integer(-2));
+    expect_fail_with(j, "image_token_id = -2 is outside the vocabulary");
+    json_decref(j);
+    /* the released config enables the tower: the image token is required */
+    j = load_fixture();
+    json_object_del(j, "image_token_id");
+    expect_fail_with(j, "image_token_id is missing (required with a vision tower: vision_config.num_hidden_layers = 32)");
+    json_decref(j);
+    /* a preset with --no-vision's edit keeps every text field */
+    assert_int_equal(tide_config_preset("tiny", c, &st), 0);
+    *d = *c;
+    assert_int_equal(tide_config_drop_vision(d, &st), 0);
+    assert_int_equal(d->vision.present, 0);
+    assert_int_equal(d->image_token_id, -1);
+    assert_memory_equal(&c->text.vocab_size, &d->text.vocab_size,
+                        sizeof c->text - offsetof(tide_text_config, vocab_size));
+    free(c);
+    free(d);
+}
+
+/* The forward pass's limits are config checks, naming the field, so tide
+ * inspect refuses what tide run would (docs/model-config.md). */
+static void test_forward_limits(void **state) {
+    (void)state;
+    json_t *j = load_fixture();
+    json_t *r = json_object_get(json_object_get(j, "text_config"), "compress_ratios");
+    json_array_set_new(r, 2, json_integer(1024));
+    expect_fail_with(j, "text_config.compress_ratios[2] = 1024 must be in 0..64");
+    json_array_set_new(r, 2, json_integer(65));
+    expect_fail_with(j, "text_config.compress_ratios[2] = 65 must be in 0..64");
+    json_decref(j);
+    j = load_fixture();
+    json_t *t = json_object_get(j, "text_config");
+    json_object_set_new(t, "head_dim", json_integer(1024));
+    json_object_set_new(t, "index_head_dim", json_integer(1024));
+    json_object_set_new(t, "qk_rope_head_dim", json_integer(1024));
+    expect_fail_with(j, "text_config.qk_rope_head_dim = 1024: tide's forward pass supports at most 512");
+    json_decref(j);
 }
 
 static void test_missing_fields(void **state) {
@@ -395,7 +486,8 @@ int main(void) {
         cmocka_unit_test(test_presets),         cmocka_unit_test(test_missing_fields),
         cmocka_unit_test(test_wrong_types),     cmocka_unit_test(test_inconsistent),
         cmocka_unit_test(test_bad_text),        cmocka_unit_test(test_random_edits),
-        cmocka_unit_test(test_engram_primes),
+        cmocka_unit_test(test_engram_primes),   cmocka_unit_test(test_text_only_layout),
+        cmocka_unit_test(test_forward_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -39,6 +39,7 @@ static void load_conv(json_t *root, tide_conv *c) {
     tide_status st = {0};
     tide_conv_init(c);
     c->thinking = json_is_true(json_object_get(root, "thinking"));
+    c->continue_final = json_is_true(json_object_get(root, "continue"));
     if (json_object_get(root, "effort")) c->effort = (int)json_integer_value(json_object_get(root, "effort"));
     size_t i;
     json_t *t;
@@ -210,12 +211,19 @@ static void test_effort_table(void **state) {
     (void)state;
     int e = 0;
     tide_status st = {0};
-    assert_int_equal(tide_effort_from_name("low", &e, &st), 0), assert_int_equal(e, 25);
-    assert_int_equal(tide_effort_from_name("high", &e, &st), 0), assert_int_equal(e, 50);
-    assert_int_equal(tide_effort_from_name("xhigh", &e, &st), 0), assert_int_equal(e, 75);
+    /* The release's table ... */
+    assert_int_equal(tide_effort_from_name("low", &e, &st), 0), assert_int_equal(e, 50);
+    assert_int_equal(tide_effort_from_name("high", &e, &st), 0), assert_int_equal(e, 75);
     assert_int_equal(tide_effort_from_name("max", &e, &st), 0), assert_int_equal(e, 100);
+    assert_int_equal(TIDE_EFFORT_DEFAULT, 75);
+    /* ... and tide's aliases, on the nearest of its levels. */
+    assert_int_equal(tide_effort_from_name("minimal", &e, &st), 0), assert_int_equal(e, 50);
+    assert_int_equal(tide_effort_from_name("medium", &e, &st), 0), assert_int_equal(e, 75);
+    assert_int_equal(tide_effort_from_name("xhigh", &e, &st), 0), assert_int_equal(e, 100);
     assert_int_equal(tide_effort_from_name("HIGH", &e, &st), -1);
-    assert_int_equal(TIDE_EFFORT_DEFAULT, 50);
+    assert_string_equal(tide_effort_name(50), "low");
+    assert_string_equal(tide_effort_name(75), "high");
+    assert_string_equal(tide_effort_name(100), "max");
     tide_conv c;
     tide_conv_init(&c);
     assert_int_equal(tide_conv_default_max_tokens(&c), 8192);
@@ -232,6 +240,30 @@ static void check_float(double d, const char *want) {
     tide_sb_free(&b);
 }
 
+/* A new temporary file at path (a mkstemp template), open for writing. */
+static FILE *scratch(char *path) {
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    return f;
+}
+
+/* Runs `script` (Python, with sys and json imported) on the file at path,
+ * which it removes, and requires its output to be `mine`. */
+static void python_agrees(const char *path, const char *script, const char *mine) {
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s -c 'import sys,json\n%s' %s", TIDE_PYTHON, script, path);
+    assert_int_equal(tu_system(cmd, &out), 0);
+    remove(path);
+    if (strcmp(out, mine) != 0) {
+        const char *a = out, *b = mine;
+        while (*a && *a == *b) a++, b++;
+        fail_msg("differs from Python:\n python: %.120s\n tide:   %.120s", a, b);
+    }
+    free(out);
+}
+
 static void test_pyjson(void **state) {
     (void)state;
     check_float(0.0, "0.0"), check_float(-0.0, "-0.0"), check_float(1.0, "1.0");
@@ -242,9 +274,7 @@ static void test_pyjson(void **state) {
     /* Compare against Python on fresh random doubles. */
     tu_rng r = {tu_seed()};
     char path[] = "/tmp/tide_pyjson_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
+    FILE *f = scratch(path);
     tide_sb mine;
     tide_sb_init(&mine);
     for (int i = 0; i < 300; i++) {
@@ -254,15 +284,92 @@ static void test_pyjson(void **state) {
         tide_sb_addc(&mine, '\n');
     }
     fclose(f);
-    char cmd[512], *out = NULL;
-    snprintf(cmd, sizeof cmd,
-             "%s -c 'import sys,json\nfor l in open(sys.argv[1]): print(json.dumps(float.fromhex(l.strip())))' %s",
-             TIDE_PYTHON, path);
-    assert_int_equal(tu_system(cmd, &out), 0);
-    assert_string_equal(out, mine.s);
-    free(out);
-    remove(path);
+    python_agrees(path, "for l in open(sys.argv[1]): print(json.dumps(float.fromhex(l.strip())))", mine.s);
     tide_sb_free(&mine);
+}
+
+/* A random JSON text of the kinds json.loads reads and jansson does not. */
+static void random_json(tu_rng *r, int depth, tide_sb *b) {
+    static const char *const ATOMS[] = {"null", "true", "false", "NaN", "Infinity", "-Infinity", "-0", "-0.0",
+                                        "\"\\u00e9\\ud83d\\ude00\"", "\"a\\/b\\n\"", "\"\"", "1E5", "2e0"};
+    unsigned k = (unsigned)(tu_next(r) % (depth > 3 ? 4 : 7));
+    if (k == 0) {
+        tide_sb_add(b, ATOMS[tu_next(r) % (sizeof ATOMS / sizeof ATOMS[0])]);
+    } else if (k == 1) { /* an integer of 1..40 digits */
+        if (tu_next(r) % 2) tide_sb_addc(b, '-');
+        int n = 1 + (int)(tu_next(r) % 40);
+        tide_sb_addc(b, (char)('1' + tu_next(r) % 9));
+        for (int i = 1; i < n; i++) tide_sb_addc(b, (char)('0' + tu_next(r) % 10));
+    } else if (k == 2) { /* a float, exponents past a double's range included */
+        tide_sb_addf(b, "%d.%de%d", (int)(tu_next(r) % 1000), (int)(tu_next(r) % 1000), (int)(tu_next(r) % 900) - 450);
+    } else if (k == 3) {
+        tide_sb_addf(b, "\"s%d\"", (int)(tu_next(r) % 100));
+    } else if (k < 5) {
+        int n = (int)(tu_next(r) % 4);
+        tide_sb_addc(b, '[');
+        for (int i = 0; i < n; i++) {
+            if (i) tide_sb_add(b, tu_next(r) % 2 ? "," : " , ");
+            random_json(r, depth + 1, b);
+        }
+        tide_sb_addc(b, ']');
+    } else {
+        int n = (int)(tu_next(r) % 4);
+        tide_sb_addc(b, '{');
+        for (int i = 0; i < n; i++) { /* keys from a small set: duplicates happen */
+            tide_sb_addf(b, "%s\"k%d\": ", i ? ", " : "", (int)(tu_next(r) % 3));
+            random_json(r, depth + 1, b);
+        }
+        tide_sb_addc(b, '}');
+    }
+}
+
+/* tide_pyjson_load + tide_pyjson_doc_dump against Python's
+ * json.dumps(json.loads(s)) on fresh random texts, some broken on purpose. */
+static void test_pyjson_load(void **state) {
+    (void)state;
+    tu_rng r = {tu_seed()};
+    char path[] = "/tmp/tide_pyjson_load_XXXXXX";
+    FILE *f = scratch(path);
+    tide_sb mine;
+    tide_sb_init(&mine);
+    for (int i = 0; i < 300; i++) {
+        tide_sb in;
+        tide_sb_init(&in);
+        random_json(&r, 0, &in);
+        if (i % 10 == 9) tide_sb_add(&in, tu_next(&r) % 2 ? "," : "]"); /* not JSON any more */
+        fprintf(f, "%s\n", in.s);
+        tide_pyjson_doc doc;
+        tide_status st = {0};
+        if (tide_pyjson_load(in.s, in.len, &doc, &st) == 0) {
+            assert_int_equal(tide_pyjson_doc_dump(&mine, &doc, doc.root, &st), 0);
+            tide_pyjson_doc_free(&doc);
+        } else {
+            assert_int_equal(st.code, TIDE_ERR_FORMAT);
+            tide_sb_add(&mine, "ERR");
+        }
+        tide_sb_addc(&mine, '\n');
+        tide_sb_free(&in);
+    }
+    fclose(f);
+    python_agrees(path,
+                  "for l in open(sys.argv[1], encoding=\"utf-8\"):\n"
+                  " try: print(json.dumps(json.loads(l), ensure_ascii=False))\n except ValueError: print(\"ERR\")",
+                  mine.s);
+    tide_sb_free(&mine);
+    /* What tide refuses, and what json.loads would not read. */
+    tide_pyjson_doc doc;
+    tide_status st = {0};
+    char deep[200];
+    memset(deep, '[', 100), memset(deep + 100, ']', 100);
+    assert_int_equal(tide_pyjson_load(deep, sizeof deep, &doc, &st), -1);
+    assert_int_equal(st.code, TIDE_ERR_INVALID);
+    assert_non_null(strstr(st.msg, "deeper"));
+    assert_int_equal(tide_pyjson_load("{\"a\": 1,}", 10, &doc, &st), -1);
+    assert_int_equal(st.code, TIDE_ERR_FORMAT);
+    assert_non_null(strstr(st.msg, "byte 8: expected a key"));
+    assert_int_equal(tide_pyjson_load("\"\\u0000\\udc00\"", 14, &doc, &st), 0);
+    assert_true(doc.has_nul && doc.lone_surrogate);
+    tide_pyjson_doc_free(&doc);
 }
 
 int main(void) {
@@ -273,6 +380,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_agrees),
         cmocka_unit_test(test_effort_table),
         cmocka_unit_test(test_pyjson),
+        cmocka_unit_test(test_pyjson_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

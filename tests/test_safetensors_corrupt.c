@@ -325,6 +325,20 @@ static void test_paths(void **state) {
     snprintf(p, sizeof p, "%s/x.index.json", fx->dir);
     write_text(fx, "x.index.json", WMAP("\"a\":\"absent.safetensors\""));
     expect_fail(p, "absent.safetensors", "cannot open", NULL);
+    /* a JSON text given as a safetensors file (--model DIR/config.json):
+     * said so, not reported as a header length of 7.6e18 */
+    write_text(fx, "config.json", "{\"model_type\": \"deepseek_v41\", \"text_config\": {}}");
+    snprintf(p, sizeof p, "%s/config.json", fx->dir);
+    expect_fail(p, "config.json: not a safetensors file: it starts with '{'", NULL, NULL);
+    /* a FIFO (as a file, or as the index of a directory) is refused at once:
+     * opening it for reading would block until a writer came */
+    snprintf(p, sizeof p, "%s/fifo.safetensors", fx->dir);
+    snprintf(cmd, sizeof cmd, "mkfifo '%s' && mkdir '%s/d' && mkfifo '%s/d/model.safetensors.index.json'", p,
+             fx->dir, fx->dir);
+    assert_int_equal(tu_system(cmd, NULL), 0);
+    expect_fail(p, "fifo.safetensors is a FIFO, not a regular file", NULL, NULL);
+    snprintf(p, sizeof p, "%s/d", fx->dir);
+    expect_fail(p, "model.safetensors.index.json is a FIFO, not a regular file", NULL, NULL);
 }
 
 int main(void) {

@@ -20,6 +20,21 @@ static void test_fail_and_context(void **state) {
     assert_string_equal(st.msg, "reading x.safetensors: bad byte at 7");
     assert_int_equal(st.code, TIDE_ERR_FORMAT);
     assert_int_equal(tide_fail(NULL, TIDE_ERR_IO, "ignored"), -1);
+    /* a context the message already starts with is not added twice */
+    tide_fail(&st, TIDE_ERR_NOMEM, "engine: out of memory");
+    tide_fail_ctx(&st, "engine");
+    assert_string_equal(st.msg, "engine: out of memory");
+    assert_int_equal(st.code, TIDE_ERR_NOMEM);
+    tide_fail_ctx(&st, "loading %s", "m");
+    tide_fail_ctx(&st, "loading m");
+    assert_string_equal(st.msg, "loading m: engine: out of memory");
+    /* only a whole leading context counts */
+    tide_fail(&st, TIDE_ERR_IO, "engines: x");
+    tide_fail_ctx(&st, "engine");
+    assert_string_equal(st.msg, "engine: engines: x");
+    tide_fail(&st, TIDE_ERR_IO, "engine");
+    tide_fail_ctx(&st, "engine");
+    assert_string_equal(st.msg, "engine: engine");
 }
 
 static void test_mkdir_p(void **state) {

@@ -79,7 +79,7 @@ def calls_block(calls):
 
 def render(conv):
     thinking = conv.get("thinking", False)
-    effort = conv.get("effort", 50)
+    effort = conv.get("effort", 75)
     tools = conv.get("tools", [])
     fmt = conv.get("response_format")
     msgs = [dict(m) for m in conv["messages"]]
@@ -139,7 +139,7 @@ def render(conv):
             out += m.get("content", "")
             if m.get("calls"):
                 out += calls_block(m["calls"])
-            if not last:
+            if not (last and conv.get("continue")):
                 out += EOS
         if not last and merged[i + 1]["role"] != "assistant":
             continue

@@ -6,7 +6,7 @@
 # there into a private prefix; nothing is installed on either machine.
 #
 # The set: the run-time and -dev packages of jansson, utf8proc, oniguruma and
-# cmocka, plus pkgconf (the GPU image is not known to ship pkg-config; it is
+# cmocka, ISA-L, liburing and xxHash (the KV store), plus pkgconf (the GPU image is not known to ship pkg-config; it is
 # small, and build.sh prefers the machine's own when there is one). CMake and
 # ninja come with the GPU image (pip), so they are not fetched.
 #
@@ -21,6 +21,7 @@ pkgs=(
   libonig5 libonig-dev
   libcmocka0 libcmocka-dev
   pkgconf-bin libpkgconf3
+  libisal2 libisal-dev liburing2 liburing-dev libxxhash0 libxxhash-dev
 )
 mkdir -p "$dest"
 cd "$dest"

@@ -42,14 +42,19 @@ static int read_calls(tide_api_req *req, json_t *calls, const char *path, tide_a
         tide_path_key(q, sizeof q, p, "function");
         if (tide_get_string(fn, "name", q, &name, err)) return -1;
         if (!name) return tide_api_bad(err, tide_path_key(p, sizeof p, q, "name"), "required");
+        /* Required, as the release's encoder requires it: a JSON text (what
+         * OpenAI sends) or, leniently, the object itself. */
         json_t *args = json_object_get(fn, "arguments");
         char *owned = NULL;
-        const char *text = "{}";
+        const char *text = NULL;
+        if (!args) return tide_api_bad(err, tide_path_key(p, sizeof p, q, "arguments"), "required");
         if (json_is_string(args)) text = json_string_value(args);
-        else if (json_is_object(args)) text = owned = json_dumps(args, JSON_COMPACT);
-        else if (args && !json_is_null(args))
-            return tide_api_bad(err, tide_path_key(p, sizeof p, q, "arguments"), "expected string, got %s",
+        else if (json_is_object(args)) text = owned = json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        else
+            return tide_api_bad(err, tide_path_key(p, sizeof p, q, "arguments"), "expected string or object, got %s",
                                 tide_json_type_name(args));
+        if (json_is_string(args) && strlen(text) != json_string_length(args))
+            return tide_api_bad(err, tide_path_key(p, sizeof p, q, "arguments"), "string contains a NUL character");
         int rc = tide_conv_add_call(&req->conv, id, name, text ? text : "{}", &err->st);
         free(owned);
         if (rc != 0) return tide_api_bad(err, tide_path_key(p, sizeof p, q, "name"), "%s", err->st.msg);
@@ -73,8 +78,10 @@ static int read_message(tide_api_req *req, json_t *m, const char *path, tide_api
                             "unknown role \"%.32s\" (expected system, developer, user, assistant or tool)", role);
     tide_sb text;
     tide_sb_init(&text);
+    /* null content: an assistant's (with tool calls) or a system message's
+     * reads as empty, as in the release's encoder. */
     int rc = read_content(json_object_get(m, "content"), tide_path_key(p, sizeof p, path, "content"),
-                          r == TIDE_ROLE_ASSISTANT, &text, err);
+                          r == TIDE_ROLE_ASSISTANT || r == TIDE_ROLE_SYSTEM, &text, err);
     if (!rc && tide_sb_check(&text, "reading content", &err->st)) rc = -1;
     if (!rc) rc = tide_api_conv_add(req, r, text.s, text.len, tide_path_key(p, sizeof p, path, "content"), err);
     tide_sb_free(&text);
@@ -117,7 +124,9 @@ static int read_tool(tide_api_req *req, json_t *t, const char *p, tide_api_err *
     if (type && strcmp(type, "function") != 0)
         return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "only function tools are supported");
     if (!fn) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "function"), "required");
-    return tide_add_tool(req, fn, tide_path_key(q, sizeof q, p, "function"), "parameters", err);
+    if (tide_add_tool(req, fn, tide_path_key(q, sizeof q, p, "function"), "parameters", err)) return -1;
+    tide_conv_set_tool_shown(&req->conv, fn); /* the release writes the function object as sent */
+    return 0;
 }
 
 static int read_tools(tide_api_req *req, json_t *root, tide_api_err *err) {
@@ -165,6 +174,7 @@ static int read_sampling(tide_api_req *req, json_t *root, int *max_given, tide_a
         return -1;
     if (tide_read_chat_logprobs(root, g, logprobs, err)) return -1;
     if (tide_get_seed(root, g, err)) return -1;
+    if (tide_get_bool(root, "continue_final_message", "", &req->conv.continue_final, err)) return -1;
     g->top_k = top_k < 0 ? 0 : (int)top_k;
     *max_given = max_tokens > 0;
     g->max_tokens = (int)max_tokens;

@@ -250,5 +250,6 @@ int tide_convert_messages(json_t *root, tide_api_req *req, tide_api_err *err) {
         }
     }
     if (read_tools(req, root, err) || read_format(req, root, err)) return -1;
+    req->conv.continue_final = 1; /* a final assistant message is a prefill, continued */
     return tide_finish_request(req, max_given, err);
 }

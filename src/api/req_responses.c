@@ -116,7 +116,15 @@ static int read_tool(tide_api_req *req, json_t *t, const char *p, tide_api_err *
     if (tide_get_string(t, "type", p, &type, err)) return -1;
     if (!type || strcmp(type, "function") != 0)
         return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"), "only function tools are supported");
-    return tide_add_tool(req, t, p, "parameters", err);
+    if (tide_add_tool(req, t, p, "parameters", err)) return -1;
+    /* Shown as sent, less the "type" that Chat Completions keeps outside
+     * the function object: the release writes the client's definition. */
+    json_t *shown = json_deep_copy(t);
+    if (!shown) return tide_fail(&err->st, TIDE_ERR_NOMEM, "out of memory");
+    json_object_del(shown, "type");
+    tide_conv_set_tool_shown(&req->conv, shown);
+    json_decref(shown);
+    return 0;
 }
 
 static int read_tools(tide_api_req *req, json_t *root, tide_api_err *err) {
@@ -175,6 +183,7 @@ static int read_settings(tide_api_req *req, json_t *root, int *max_given, tide_a
     if (prev) return tide_api_unsupported(err, "previous_response_id", "not supported: tide keeps no response state");
     if (background) return tide_api_unsupported(err, "background", "background responses are not supported");
     if (tide_get_seed(root, g, err)) return -1;
+    if (tide_get_bool(root, "continue_final_message", "", &req->conv.continue_final, err)) return -1;
     g->top_k = top_k < 0 ? 0 : (int)top_k;
     g->max_tokens = (int)max_tokens;
     *max_given = max_tokens > 0;

@@ -1,9 +1,11 @@
 #include "base/fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int make_one(const char *path, tide_status *st) {
     struct stat sb;
@@ -32,4 +34,47 @@ int tide_mkdir_p(const char *dir, tide_status *st) {
     int rc = make_one(p, st);
     free(p);
     return rc;
+}
+
+static const char *kind_of(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+    return "not a regular file";
+}
+
+int tide_open_regular(const char *path, tide_status *st) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return tide_fail(st, errno == ENOENT ? TIDE_ERR_MISSING : TIDE_ERR_IO, "cannot open %s: %s", path,
+                         strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return tide_fail(st, TIDE_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return tide_fail(st, TIDE_ERR_IO, "%s is %s, not a regular file", path, kind_of(sb.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return tide_fail(st, TIDE_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    return fd;
+}
+
+FILE *tide_fopen_regular(const char *path, tide_status *st) {
+    int fd = tide_open_regular(path, st);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        tide_fail(st, TIDE_ERR_NOMEM, "%s: cannot open a stream: out of memory", path);
+    }
+    return f;
 }

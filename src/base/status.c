@@ -28,6 +28,14 @@ int tide_fail_ctx(tide_status *st, const char *fmt, ...) {
     int n = vsnprintf(st->msg, sizeof st->msg, fmt, ap);
     va_end(ap);
     size_t used = n < 0 ? 0 : (size_t)n;
+    /* A layer that names itself in its own messages and again when it
+     * passes a failure up ("engine: engine: out of memory") says it once. */
+    if (used > 0 && used + 1 < sizeof old && !strncmp(old, st->msg, used) && old[used] == ':' &&
+        old[used + 1] == ' ') {
+        memcpy(st->msg, old, sizeof old);
+        if (st->code == TIDE_OK) st->code = TIDE_ERR_INTERNAL;
+        return -1;
+    }
     if (used < sizeof st->msg - 1) {
         st->msg[used] = ':';
         size_t room = sizeof st->msg - used - 1;

@@ -34,6 +34,7 @@ static void usage(FILE *f) {
             "             the GPU, weights generated in device memory)\n"
             "  roofline   the roofline model of decode and prefill steps for a shape (no weights)\n"
             "  replay     accuracy of bounded SWA replay on prefix-cache hits\n"
+            "  kvstore    the persistent KV store: erasure coding, SSD and shared-store I/O, TTFT from the store\n"
             "\n"
             "--model takes a checkpoint directory or synth:SHAPE (tiny, small, flash, flash-ep8):\n"
             "a synthetic checkpoint written to a temporary directory and deleted after loading.\n"
@@ -54,6 +55,7 @@ int tide_cmd_bench(int argc, char **argv) {
     if (!strcmp(mode, "prefix")) return tide_bench_prefix(argc - 1, argv + 1);
     if (!strcmp(mode, "decode") || !strcmp(mode, "prefill")) return tide_bench_step(argc - 1, argv + 1);
     if (!strcmp(mode, "roofline")) return tide_bench_roofline(argc - 1, argv + 1);
+    if (!strcmp(mode, "kvstore")) return tide_bench_kvstore(argc - 1, argv + 1);
     if (!strcmp(mode, "replay")) return tide_bench_replay(argc - 2, argv + 2);
     fprintf(stderr, "tide bench: unknown mode '%s'\n\n", mode);
     usage(stderr);

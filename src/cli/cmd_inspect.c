@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "io/safetensors.h"
+#include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/manifest.h"
 
@@ -21,10 +22,13 @@ static void usage(FILE *f) {
             "summary, the layer-role table (one row per layer, DSpark stages included),\n"
             "tensor counts and bytes by dtype, and verifies that every tensor the config\n"
             "requires is present with the right dtype and shape, and that no other\n"
-            "text-model tensor is (vision tower tensors are counted, not used).\n"
+            "text-model tensor is (vision tower tensors are counted, not used), then\n"
+            "builds the engram tables: the same checks, in the same order, as loading\n"
+            "the model for tide run (docs/model-config.md).\n"
             "\n"
             "options:\n"
             "  --config-only   check and print the config and roles; do not open the shards\n"
+            "                  (DIR may then be the config.json file itself)\n"
             "  --tensors       also list every tensor of the checkpoint\n"
             "  -h, --help      this text\n"
             "\n"
@@ -36,7 +40,8 @@ static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 static void print_config(const tide_config *c) {
     const tide_text_config *x = &c->text;
-    printf("config: %s / %s%s\n", c->model_type, x->model_type, c->synth.is_synthetic ? " (synthetic)" : "");
+    printf("config: %s / %s%s\n", c->model_type[0] ? c->model_type : "(no model_type)",
+           x->model_type[0] ? x->model_type : "(no model_type)", c->synth.is_synthetic ? " (synthetic)" : "");
     if (c->synth.is_synthetic) {
         printf("  synthetic: shape %s, seed %" PRIu64 ", backbone layers written %lld of %lld%s\n", c->synth.shape,
                c->synth.seed, (long long)c->synth.written_layers, (long long)x->num_hidden_layers,
@@ -63,7 +68,8 @@ static void print_config(const tide_config *c) {
     printf("  DSpark: block %lld, markov rank %lld, targets", (long long)x->dspark_block_size,
            (long long)x->dspark_markov_rank);
     for (int i = 0; i < x->n_dspark_target_layer_ids; i++) printf(" %d", x->dspark_target_layer_ids[i]);
-    printf("; vision tower: %lld layers\n", (long long)c->vision.num_hidden_layers);
+    if (c->vision.present) printf("; vision tower: %lld layers\n", (long long)c->vision.num_hidden_layers);
+    else printf("; text only (no vision_config)\n");
 }
 
 static void print_roles(const tide_config *c) {
@@ -113,24 +119,6 @@ static void print_problems(const tide_manifest *m, const tide_st *ck, int limit)
     }
 }
 
-static int is_vision(const char *name) {
-    return !strncmp(name, "vision.", 7) || !strncmp(name, "aligner.", 8) || !strncmp(name, "image_", 6);
-}
-
-/* A text-model tensor the config does not call for means the config and the
- * checkpoint disagree (e.g. a layer list edited by hand): an error. */
-static const char *first_unexpected(const tide_st *ck, const tide_manifest *m, size_t *count) {
-    const char *first = NULL;
-    *count = 0;
-    for (size_t i = 0; i < tide_st_count(ck); i++) {
-        const tide_tensor *t = tide_st_at(ck, i);
-        if (is_vision(t->name) || tide_manifest_find(m, t->name)) continue;
-        if (!first) first = t->name;
-        (*count)++;
-    }
-    return first;
-}
-
 static void print_tensors(const tide_st *ck, const tide_manifest *m, int list) {
     uint64_t bytes[TIDE_DT_COUNT] = {0};
     size_t count[TIDE_DT_COUNT] = {0}, extra = 0, vision = 0;
@@ -141,7 +129,7 @@ static void print_tensors(const tide_st *ck, const tide_manifest *m, int list) {
         count[t->dtype]++;
         if (!tide_manifest_find(m, t->name)) {
             extra++;
-            if (is_vision(t->name)) vision++;
+            if (tide_manifest_is_vision(t->name)) vision++;
         }
         if (list)
             printf("  %-60s %-8s %-20s %s\n", t->name, tide_dtype_name(t->dtype),
@@ -182,7 +170,8 @@ int tide_cmd_inspect(int argc, char **argv) {
     int rc = TIDE_EXIT_FAIL;
     tide_st *ck = NULL;
     tide_manifest m = {0};
-    if (tide_config_load(dir, cfg, &st)) {
+    /* The checks of model/checkpoint.h, in tide_model_load's order. */
+    if ((!config_only && tide_ckpt_check_dir(dir, &st)) || tide_config_load(dir, cfg, &st)) {
         fprintf(stderr, "tide inspect: %s\n", st.msg);
         goto out;
     }
@@ -205,21 +194,25 @@ int tide_cmd_inspect(int argc, char **argv) {
         print_problems(&m, ck, 10);
         goto out;
     }
-    size_t n_unexpected;
-    const char *unexpected = first_unexpected(ck, &m, &n_unexpected);
-    if (unexpected) {
-        const tide_tensor *t = tide_st_find(ck, unexpected);
-        fprintf(stderr,
-                "tide inspect: %s: tensor %s in %s is not part of the model this config describes "
-                "(%zu such tensors): config.json and the checkpoint disagree\n",
-                dir, unexpected, t ? t->file : "?", n_unexpected);
+    tide_engram_tables tables;
+    int has_tables;
+    tide_tokmap_source src;
+    if (tide_ckpt_engram(dir, cfg, &tables, &has_tables, &src, &st)) {
+        fprintf(stderr, "tide inspect: %s\n", st.msg);
         goto out;
     }
+    if (has_tables) tide_engram_tables_free(&tables);
     char tokpath[4096];
     struct stat sb;
     snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", dir);
     printf("\nverified: all %zu tensors the config requires are present with the right dtype and shape%s\n", m.n,
            stat(tokpath, &sb) == 0 ? "; tokenizer.json present" : "; no tokenizer.json");
+    if (src == TIDE_TOKMAP_SYNTHETIC)
+        printf("engram token map: tide's synthetic stand-in (recorded by tide synth, which wrote no tokenizer): "
+               "generations differ from the same weights hashed through a real tokenizer\n");
+    else if (src == TIDE_TOKMAP_TOKENIZER)
+        printf("engram token map: from tokenizer.json\n");
+    if (cfg->present_layers < cfg->text.num_hidden_layers) printf("PARTIAL: verified, but it cannot run\n");
     rc = TIDE_EXIT_OK;
 out:
     tide_st_close(ck);

@@ -28,6 +28,7 @@
 #include "cli/out_file.h"
 #include "cli/run_text.h"
 #include "cli/stop_signal.h"
+#include "cli/kv_cli.h"
 #include "engine/request_jsonl.h"
 #include "tide.h"
 
@@ -97,6 +98,7 @@ static void usage(FILE *f) {
             "  (\"prompt\": text or ids), plus \"id\"; results {\"id\", \"text\", \"reasoning\",\n"
             "  \"tool_calls\", \"output_ids\", \"finish_reason\", \"prompt_tokens\",\n"
             "  \"completion_tokens\", \"cached_tokens\"}.\n");
+    kv_run_help(f);
 }
 
 static int parse_ids(const char *s, int32_t **out, int64_t *n) {
@@ -140,6 +142,7 @@ typedef struct run_opts {
     unsigned long long seed;
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
     tide_run_text_opts text; /* --prompt / --chat / text --input (run_text.c) */
+    kv_run_opts kv; /* the persistent KV store's flags (kv_run.c) */
 } run_opts;
 
 /* A flag's value: a token count 0..max, or `word` (-1). */
@@ -198,6 +201,12 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             done = 1;
         }
         if (done) continue;
+        int kn = kv_run_flag(&o->kv, a, v);
+        if (kn < 0) return TIDE_EXIT_USAGE;
+        if (kn > 0) {
+            i += kn - 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return TIDE_EXIT_OK;
@@ -313,6 +322,8 @@ static int run_ids(const run_opts *o) {
     tide_engine *e = NULL;
     int rc = TIDE_EXIT_FAIL;
     double t0 = tide_now_seconds();
+    kv_run *kv = NULL;
+    if (kv_run_open(&o->kv, &c, &kv, &st) != 0) goto done;
     if (tide_engine_create(&c, &e, &st) != 0) goto done;
     double t1 = tide_now_seconds();
     tide_request_info info = {0};
@@ -351,6 +362,7 @@ done:
     if (rc != TIDE_EXIT_OK) fprintf(stderr, "tide run: %s\n", st.msg);
     tide_out_abort(&w.out);
     tide_engine_destroy(e);
+    kv_run_close(kv);
     free(prompt);
     return rc;
 }
@@ -491,10 +503,11 @@ static int run_jsonl(const run_opts *o) {
     if (tide_batch_open(&b.out, &in, &old_mask, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
     tide_engine *e = NULL;
     int ok = 0, sig = 0;
+    kv_run *kv = NULL;
     tide_engine_config c = engine_config(o);
     c.on_event = on_event;
     c.event_ctx = &b;
-    if (tide_engine_create(&c, &e, &st) != 0) {
+    if (kv_run_open(&o->kv, &c, &kv, &st) != 0 || tide_engine_create(&c, &e, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
         goto done;
     }
@@ -519,6 +532,7 @@ done:;
     int rc = finish_jsonl(&b, sig, ok, &st);
     tide_engine_destroy(e);
     tide_batch_close(in, &old_mask);
+    kv_run_close(kv);
     for (int64_t i = 0; i < b.n_ids; i++) json_decref(b.ids[i]);
     free(b.ids);
     free(b.done);
@@ -535,7 +549,15 @@ int tide_cmd_run(int argc, char **argv) {
         o.text.output = o.output;
         o.text.max_tokens = o.max_tokens;
         o.text.ignore_eos = o.ignore_eos;
-        return tide_run_text(&o.text, &c);
+        kv_run *kv = NULL;
+        tide_status st = {0};
+        if (kv_run_open(&o.kv, &c, &kv, &st) != 0) {
+            fprintf(stderr, "tide run: %s\n", st.msg);
+            return TIDE_EXIT_FAIL;
+        }
+        rc = tide_run_text(&o.text, &c);
+        kv_run_close(kv); /* after the engine (tide_run_text destroyed it) */
+        return rc;
     }
     return o.ids_s ? run_ids(&o) : run_jsonl(&o);
 }

@@ -36,7 +36,10 @@ static void usage(FILE *f) {
             "                     else the build's stand-in tokenizer if it exists; with\n"
             "                     neither, the checkpoint is written without one and a\n"
             "                     warning is printed)\n"
-            "  --no-tokenizer     write no tokenizer.json\n"
+            "  --no-tokenizer     write no tokenizer.json; the config then records that the\n"
+            "                     engram layers use tide's synthetic token map\n"
+            "  --no-vision        the reference's text-only layout: no vision_config, no\n"
+            "                     image_token_id, no model_type, no ffn.gate.bias_vl\n"
             "  --dry-run          print the tensor count and size, write nothing\n"
             "  -q, --quiet        no progress on stderr\n"
             "  -h, --help         this text\n"
@@ -68,7 +71,7 @@ int tide_cmd_synth(int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     tide_synth_opts o = {.seed = 1, .progress = 1, .threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu};
     const char *tok = NULL;
-    int no_tok = 0;
+    int no_tok = 0, no_vision = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -80,6 +83,7 @@ int tide_cmd_synth(int argc, char **argv) {
         else if ((!strcmp(a, "-o") || !strcmp(a, "--out")) && v) o.out_dir = v, i++;
         else if (!strcmp(a, "--tokenizer") && v) tok = v, i++;
         else if (!strcmp(a, "--no-tokenizer")) no_tok = 1;
+        else if (!strcmp(a, "--no-vision")) no_vision = 1;
         else if (!strcmp(a, "--dry-run")) o.dry_run = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o.progress = 0;
         else if (!strcmp(a, "--seed") && v) {
@@ -114,6 +118,10 @@ int tide_cmd_synth(int argc, char **argv) {
         fprintf(stderr, "tide synth: %s\n", st.msg);
         return TIDE_EXIT_USAGE;
     }
+    if (no_vision && tide_config_drop_vision(&cfg, &st)) {
+        fprintf(stderr, "tide synth: --no-vision: %s\n", st.msg);
+        return TIDE_EXIT_FAIL;
+    }
     if (o.layers > cfg.text.num_hidden_layers) {
         fprintf(stderr, "tide synth: --layers %d: shape %s has %lld backbone layers\n", o.layers, o.shape,
                 (long long)cfg.text.num_hidden_layers);
@@ -123,7 +131,8 @@ int tide_cmd_synth(int argc, char **argv) {
         o.tokenizer = tok ? tok : default_tokenizer();
         if (!o.tokenizer && !o.dry_run)
             fprintf(stderr, "tide synth: warning: no tokenizer (give --tokenizer FILE or set TIDE_TOKENIZER); "
-                            "writing the checkpoint without tokenizer.json\n");
+                            "writing the checkpoint without tokenizer.json (its engram layers will use "
+                            "tide's synthetic token map, not a real tokenizer's)\n");
     }
     tide_synth_report rep;
     double t0 = tide_now_seconds();

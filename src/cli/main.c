@@ -18,6 +18,7 @@ static const command commands[] = {
     {"tokenize", tide_cmd_tokenize, "text on stdin -> token ids, one line per input line"},
     {"detokenize", tide_cmd_detokenize, "token ids on stdin -> text"},
     {"bench", tide_cmd_bench, "performance: throughput, latency, step times next to their roofline"},
+    {"kv", tide_cmd_kv, "inspect and maintain a persistent KV cache store: stat, ls, verify, gc"},
 };
 
 static void usage(FILE *out) {

@@ -228,7 +228,8 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
                          cfg->page_tokens,
                          cfg->prefix_replay,
                          cfg->prefix_cache_inexact,
-                         decoder_tail(e->fx, cfg->decoder_tail)};
+                         decoder_tail(e->fx, cfg->decoder_tail),
+                         cfg->kv_tier};
     if (tide_sched_init(&e->sched, &sc, e->fx, st) != 0) goto fail;
     if (alloc_buffers(e, st) != 0) goto fail;
     /* the overlap's forward thread; without one the passes run inline */
@@ -748,6 +749,8 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
     s->prefix_pages_cached = ps.n_cached;
     s->prefix_pages_idle = ps.n_idle;
     s->prefix_evictions = ps.evicted;
+    s->kv_tier_fetched = x->tier_fetched;
+    s->kv_tier_stored = x->tier_stored;
     s->kv_blocks_cached = (int64_t)ps.n_idle * x->bpp;
     s->prefix_inexact_admissions = x->inexact_admissions;
     s->prefix_pages_withheld = x->withheld_pages;

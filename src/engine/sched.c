@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "cache/kv_tier.h"
 
 /* ---- setup ---------------------------------------------------------------- */
 
@@ -71,6 +72,11 @@ static int prefix_init(tide_sched *s, tide_status *st) {
     x->pc.on_evict = on_evict;
     x->pc.evict_ctx = s;
     s->prefix_on = 1;
+    if (s->cfg.tier) {
+        x->tier_floats = (int64_t)x->bpp * kv->block_len * (kv->latent_dim + kv->key_dim);
+        if (!(x->tier_buf = malloc((size_t)x->tier_floats * sizeof *x->tier_buf)))
+            return tide_fail(st, TIDE_ERR_NOMEM, "prefix cache: out of memory");
+    }
     return 0;
 }
 
@@ -108,6 +114,7 @@ void tide_sched_free(tide_sched *s) {
     free(s->px.blocks);
     free(s->px.held);
     free(s->px.inexact);
+    free(s->px.tier_buf);
     memset(s, 0, sizeof *s);
 }
 
@@ -172,8 +179,11 @@ static int wq_grow(tide_sched *s) {
 
 static tide_req *wq_at(const tide_sched *s, int64_t i) { return s->wq[(s->wq_head + i) % s->wq_cap]; }
 
+static void tier_fetch(tide_sched *s, tide_req *q);
+
 int tide_sched_enqueue(tide_sched *s, tide_req *q, tide_status *st) {
     if (wq_grow(s) != 0) return tide_fail(st, TIDE_ERR_NOMEM, "scheduler: out of memory");
+    if (s->prefix_on && s->cfg.tier) tier_fetch(s, q);
     s->wq[(s->wq_head + s->wq_n++) % s->wq_cap] = q;
     q->state = TIDE_REQ_WAITING;
     return 0;
@@ -245,6 +255,84 @@ static int prefix_attach(tide_sched *s, tide_req *q, int64_t frozen, int64_t sta
     return tide_fwd_seq_restore(s->fx, &q->cache, q->tokens, frozen, start, st);
 }
 
+/* ---- the tiers behind the cache (cfg.tier, cache/kv_tier.h) --------------- */
+
+/* Page i of q (page id pg) just got an entry: hand its KV to the tiers
+ * (which copy it and write behind). */
+static void tier_put(tide_sched *s, const tide_req *q, int64_t i, int32_t pg) {
+    tide_sched_prefix *x = &s->px;
+    if (!s->cfg.tier) return;
+    const tide_kv_pool *kv = tide_fwd_kv(s->fx);
+    int64_t per = (int64_t)kv->block_len * (kv->latent_dim + kv->key_dim);
+    for (int j = 0; j < x->bpp; j++)
+        memcpy(x->tier_buf + j * per, kv->blocks[x->blocks[(int64_t)pg * x->bpp + j]], (size_t)per * sizeof(float));
+    tide_kv_page p = {q->salt, q->tokens, (i + 1) * x->page_tokens, x->page_tokens, x->pc.hash[pg], x->tier_buf,
+                      x->tier_floats};
+    s->cfg.tier->put(s->cfg.tier->ctx, &p);
+    x->tier_stored++;
+}
+
+/* A page id and fresh blocks for a page fetched into x->tier_buf, its KV
+ * copied in; the page holds one reference (the caller's), the blocks one
+ * (to be the cache's). */
+static int tier_promote(tide_sched *s, int32_t *page) {
+    tide_sched_prefix *x = &s->px;
+    tide_kv_pool *kv = tide_fwd_kv(s->fx);
+    tide_status st = {0};
+    int32_t pg;
+    if (tide_prefix_alloc(&x->pc, &pg, &st) != 0) return -1;
+    /* the blocks the pending plan will reserve at its launch are not ours */
+    int64_t need = x->bpp + x->planned_blocks;
+    while (tide_kv_available(kv) < need && tide_prefix_evict(&x->pc, 1) == 1) {
+    }
+    tide_block_table t = {0};
+    if (tide_kv_available(kv) < need || tide_kv_reserve(kv, &t, (int64_t)x->bpp * kv->block_len, &st) != 0) {
+        tide_kv_release(kv, &t);
+        tide_prefix_release(&x->pc, &pg, 1, &st);
+        return -1;
+    }
+    int64_t per = (int64_t)kv->block_len * (kv->latent_dim + kv->key_dim);
+    for (int j = 0; j < x->bpp; j++) {
+        x->blocks[(int64_t)pg * x->bpp + j] = t.blocks[j];
+        memcpy(kv->blocks[t.blocks[j]], x->tier_buf + j * per, (size_t)per * sizeof(float));
+    }
+    free(t.blocks); /* the blocks' references pass to the cache */
+    *page = pg;
+    return 0;
+}
+
+/* Brings the pages of q's prefix (less its last token) that follow the
+ * cache's hit and that a tier holds into the cache, in order, as cached
+ * pages nobody references: q's admission then hits them as usual. */
+static void tier_fetch(tide_sched *s, tide_req *q) {
+    tide_sched_prefix *x = &s->px;
+    int64_t P = x->page_tokens, maxp = (q->n_tokens - 1) / P;
+    if (maxp == 0 || maxp > INT32_MAX || pages_room(q, maxp) != 0) return;
+    int32_t h = 0, got;
+    tide_status st = {0};
+    if (tide_prefix_lookup(&x->pc, q->tokens, q->n_tokens - 1, q->salt, q->pages, (int32_t)maxp, &h, &st) != 0) return;
+    uint64_t chain = tide_prefix_root(q->salt);
+    for (int64_t i = 0; i < h; i++) chain = tide_prefix_page_hash(chain, q->tokens + i * P, (int32_t)P);
+    for (got = h; got < maxp; got++) {
+        uint64_t next = tide_prefix_page_hash(chain, q->tokens + (int64_t)got * P, (int32_t)P);
+        tide_kv_page p = {q->salt, q->tokens, (int64_t)(got + 1) * P, P, next, x->tier_buf, x->tier_floats};
+        if (!s->cfg.tier->get(s->cfg.tier->ctx, &p) || tier_promote(s, &q->pages[got]) != 0) break;
+        chain = next;
+    }
+    if (got > h && tide_prefix_insert(&x->pc, q->tokens, (int64_t)got * P, q->salt, q->pages, got, &st) != 0)
+        tide_log(TIDE_LOG_WARN, "kv tiers: request %lld: %s", (long long)q->id, st.msg);
+    for (int32_t i = h; i < got; i++) {
+        int32_t pg = q->pages[i];
+        if (x->pc.cached[pg]) {
+            x->held[pg] = 1;
+            x->tier_fetched++;
+        } else if (tide_kv_unref(tide_fwd_kv(s->fx), x->blocks + (int64_t)pg * x->bpp, x->bpp, &st) != 0)
+            tide_log(TIDE_LOG_ERROR, "kv tiers: page %d: %s", (int)pg, st.msg);
+    }
+    if (got > 0 && tide_prefix_release(&x->pc, q->pages, got, &st) != 0)
+        tide_log(TIDE_LOG_ERROR, "kv tiers: request %lld: %s", (long long)q->id, st.msg);
+}
+
 /* Registers the pages q completed since the last call: a page id per page
  * (possibly evicting the least recently used cached page), the page's blocks
  * copied from q's tables, then the index entries; the cache takes a
@@ -286,9 +374,10 @@ static void register_pages(tide_sched *s, tide_req *q) {
         int32_t pg = q->pages[i];
         if (x->pc.cached[pg] == x->held[pg]) continue;
         if (x->held[pg]) on_evict(s, pg); /* lost its entry: the cache's references go */
-        else if (tide_kv_ref(tide_fwd_kv(s->fx), x->blocks + (int64_t)pg * x->bpp, x->bpp, &st) == 0)
+        else if (tide_kv_ref(tide_fwd_kv(s->fx), x->blocks + (int64_t)pg * x->bpp, x->bpp, &st) == 0) {
             x->held[pg] = 1;
-        else tide_log(TIDE_LOG_ERROR, "prefix cache: page %d: %s", (int)pg, st.msg);
+            tier_put(s, q, i, pg);
+        } else tide_log(TIDE_LOG_ERROR, "prefix cache: page %d: %s", (int)pg, st.msg);
     }
 }
 
@@ -414,6 +503,7 @@ void tide_sched_launch(tide_sched *s) {
     f->n_tokens = p->n_tokens;
     p->n_items = p->n_failed = 0;
     p->n_tokens = 0;
+    s->px.planned_blocks = 0;
 }
 
 void tide_sched_land(tide_sched *s) {
@@ -514,6 +604,7 @@ void tide_sched_make_plan(tide_sched *s) {
         if (q->solo) break; /* nothing else in its pass */
     }
     reclaim(s, planned);
+    s->px.planned_blocks = planned;
 }
 
 int tide_sched_reserve(tide_sched *s, tide_status *st) {

@@ -68,6 +68,10 @@ typedef struct tide_sched_cfg {
     int64_t prefix_replay;   /* -1 = the whole prefix */
     int cache_inexact;       /* 1 = register pages computed after a bounded replay too (marked) */
     int64_t decoder_tail;    /* > 0: the decoder variant's tail (tide_seq_cache.tail_lo); 0 = off */
+    /* Tiers behind the prefix cache (cache/kv_tier.h; NULL = none): pages
+     * the cache registers are handed to tier->put, and a new request's
+     * pages the cache lacks are asked of tier->get when it is queued. */
+    const struct tide_kv_tier *tier;
 } tide_sched_cfg;
 
 /* The prefix cache's side of the scheduler: the page index and, per page, the
@@ -86,6 +90,10 @@ typedef struct tide_sched_prefix {
     int64_t inexact_admissions;      /* admissions whose new pages are inexact */
     int64_t withheld_pages;          /* inexact pages kept out of the cache (cache_inexact 0) */
     int64_t inexact_cached;          /* inexact pages registered (cache_inexact 1) */
+    float *tier_buf;                 /* one page's KV, for the tiers (cfg.tier) */
+    int64_t tier_floats;
+    int64_t tier_fetched, tier_stored; /* pages brought in from / handed to the tiers */
+    int64_t planned_blocks;          /* blocks the pending plan will reserve (tiers leave them) */
 } tide_sched_prefix;
 
 typedef struct tide_sched_item {
@@ -142,7 +150,10 @@ int64_t tide_sched_blocks_for(const tide_sched *s, int64_t n_pos);
 /* Blocks of the pool not held by any sequence. */
 int64_t tide_sched_blocks_free(const tide_sched *s);
 
-/* Queues a new WAITING request at the back. */
+/* Queues a new WAITING request at the back. With tiers (cfg.tier), first
+ * brings the pages of its prefix that the cache lacks and a tier holds into
+ * the cache (as cached pages nobody uses yet), so that its admission hits
+ * them: this runs between steps, never while a pass is in flight. */
 int tide_sched_enqueue(tide_sched *s, tide_req *q, tide_status *st);
 /* Takes q out of the queue or the running set and the plan, and drops its
  * cache (never called on a request in flight while its pass runs). */

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "io/safetensors.h"
 #include "io/st_index.h"
 
@@ -47,22 +48,22 @@ static char *join_path(const char *dir, const char *name) {
     return p;
 }
 
-static bool is_file(const char *path) {
+/* Any file type: a FIFO or directory under the index's name is then refused
+ * by tide_open_regular with a message, instead of silently skipped. */
+static bool exists(const char *path) {
     struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    return stat(path, &sb) == 0;
 }
 
 /* Maps `path` (already stored in sh->path) and parses its header. */
 static int map_shard(shard *sh, tide_status *st) {
     const char *label = base_name(sh->path);
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tide_fail(st, errno == ENOENT ? TIDE_ERR_MISSING : TIDE_ERR_IO, "cannot open %s: %s",
-                         sh->path, strerror(errno));
+    int fd = tide_open_regular(sh->path, st);
+    if (fd < 0) return -1;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
-        return tide_fail(st, TIDE_ERR_IO, "%s: not a regular file", sh->path);
+        return tide_fail(st, TIDE_ERR_IO, "%s: %s", sh->path, strerror(errno));
     }
     sh->size = (uint64_t)sb.st_size;
     if (sh->size > 0) {
@@ -133,12 +134,15 @@ static int open_single(tide_st *ck, const char *path, tide_status *st) {
 
 static int read_whole(const char *path, char **buf, size_t *len, tide_status *st) {
     *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tide_fail(st, errno == ENOENT ? TIDE_ERR_MISSING : TIDE_ERR_IO, "cannot open %s: %s",
-                         path, strerror(errno));
+    int fd = tide_open_regular(path, st);
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory reading %s", path);
+    }
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > TIDE_ST_MAX_INDEX) {
+    if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size > TIDE_ST_MAX_INDEX) {
         fclose(f);
         return tide_fail(st, TIDE_ERR_FORMAT, "%s: not a regular file of at most %zu bytes", path,
                          TIDE_ST_MAX_INDEX);
@@ -244,9 +248,9 @@ static int open_any(tide_st *ck, const char *path, tide_status *st) {
     int rc;
     if (!index || !single)
         rc = tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
-    else if (is_file(index))
+    else if (exists(index))
         rc = open_index(ck, path, index, st);
-    else if (is_file(single))
+    else if (exists(single))
         rc = open_single(ck, single, st);
     else
         rc = tide_fail(st, TIDE_ERR_MISSING,

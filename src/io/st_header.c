@@ -237,6 +237,14 @@ int tide_st_parse_header(const uint8_t *buf, size_t len, uint64_t file_size, con
         return tide_fail(st, TIDE_ERR_FORMAT, "%s: only %zu bytes of the header length available",
                          label, len);
     uint64_t n = read_le64(buf);
+    /* A safetensors file starts with a binary length, so a first byte of '{'
+     * is a JSON text given in its place (e.g. --model DIR/config.json): say
+     * that instead of reporting its first 8 characters as a huge length. */
+    if (n > TIDE_ST_MAX_HEADER && buf[0] == '{')
+        return tide_fail(st, TIDE_ERR_FORMAT,
+                         "%s: not a safetensors file: it starts with '{' (a JSON text such as config.json or "
+                         "an index?); a safetensors file starts with an 8-byte header length",
+                         label);
     if (n < 2)
         return tide_fail(st, TIDE_ERR_FORMAT, "%s: header length %" PRIu64 " is too small for a JSON object",
                          label, n);

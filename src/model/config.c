@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/fs.h"
 #include "base/json.h"
 
 /* Where the value being read sits, for messages: section "" is the top level. */
@@ -134,11 +135,27 @@ static int get_obj(json_t *obj, const char *sect, const char *key, json_t **out,
 
 /* ---------------------------------------------------------------- reading */
 
+/* Fields the reference never reads (model.py's ModelArgs has no such key):
+ * optional, with the one value tide implements as the default, so that a
+ * config written for the reference loads. Present, they are checked as usual. */
+static int opt_str(json_t *obj, const char *sect, const char *key, char *out, const char *dflt, jctx *c) {
+    if (json_object_get(obj, key)) return get_str(obj, sect, key, out, c);
+    snprintf(out, TIDE_CONFIG_STR, "%s", dflt);
+    return 0;
+}
+
+static int opt_i64(json_t *obj, const char *sect, const char *key, int64_t *out, int64_t dflt, jctx *c) {
+    if (json_object_get(obj, key)) return get_i64(obj, sect, key, out, c);
+    *out = dflt;
+    return 0;
+}
+
+
 static int read_rope_scaling(json_t *text, tide_rope_scaling *r, jctx *c) {
     json_t *o = NULL;
     const char *s = "text_config.rope_scaling";
     if (get_obj(text, "text_config", "rope_scaling", &o, c) != 0) return -1;
-    if (get_str(o, s, "rope_type", r->rope_type, c) || get_f64(o, s, "factor", &r->factor, c) ||
+    if (opt_str(o, s, "rope_type", r->rope_type, "yarn", c) || get_f64(o, s, "factor", &r->factor, c) ||
         get_f64(o, s, "beta_fast", &r->beta_fast, c) || get_f64(o, s, "beta_slow", &r->beta_slow, c) ||
         get_i64(o, s, "original_max_position_embeddings", &r->original_max_position_embeddings, c))
         return -1;
@@ -147,11 +164,11 @@ static int read_rope_scaling(json_t *text, tide_rope_scaling *r, jctx *c) {
 
 static int read_attention(json_t *t, tide_text_config *x, jctx *c) {
     const char *s = "text_config";
-    if (get_str(t, s, "model_type", x->model_type, c) || get_i64(t, s, "vocab_size", &x->vocab_size, c) ||
+    if (opt_str(t, s, "model_type", x->model_type, "", c) || get_i64(t, s, "vocab_size", &x->vocab_size, c) ||
         get_i64(t, s, "hidden_size", &x->hidden_size, c) ||
         get_i64(t, s, "num_hidden_layers", &x->num_hidden_layers, c) ||
         get_i64(t, s, "num_attention_heads", &x->num_attention_heads, c) ||
-        get_i64(t, s, "num_key_value_heads", &x->num_key_value_heads, c) ||
+        opt_i64(t, s, "num_key_value_heads", &x->num_key_value_heads, 1, c) ||
         get_i64(t, s, "head_dim", &x->head_dim, c) ||
         get_i64(t, s, "qk_rope_head_dim", &x->qk_rope_head_dim, c) ||
         get_i64(t, s, "q_lora_rank", &x->q_lora_rank, c) || get_i64(t, s, "o_groups", &x->o_groups, c) ||
@@ -184,7 +201,7 @@ static int read_moe_hc(json_t *t, tide_text_config *x, jctx *c) {
         get_i64(t, s, "num_experts_per_tok", &x->num_experts_per_tok, c) ||
         get_i64(t, s, "n_shared_experts", &x->n_shared_experts, c) ||
         get_i64(t, s, "moe_intermediate_size", &x->moe_intermediate_size, c) ||
-        get_str(t, s, "scoring_func", x->scoring_func, c) || get_str(t, s, "topk_method", x->topk_method, c) ||
+        get_str(t, s, "scoring_func", x->scoring_func, c) || opt_str(t, s, "topk_method", x->topk_method, "noaux_tc", c) ||
         get_f64(t, s, "routed_scaling_factor", &x->routed_scaling_factor, c) ||
         get_bool(t, s, "norm_topk_prob", &x->norm_topk_prob, c) ||
         get_f64(t, s, "swiglu_limit", &x->swiglu_limit, c))
@@ -241,10 +258,15 @@ static int read_quant(json_t *root, tide_quant_config *q, jctx *c) {
     return 0;
 }
 
+/* Optional as a whole: the reference builds no vision tower when
+ * vision_n_layers is 0, which is what an absent vision_config means. */
 static int read_vision(json_t *root, tide_vision_config *v, jctx *c) {
     json_t *o, *w;
     const char *s = "vision_config";
-    if (get_obj(root, "", "vision_config", &o, c) || get_str(o, s, "model_type", v->model_type, c) ||
+    memset(v, 0, sizeof *v);
+    if (!json_object_get(root, "vision_config")) return 0;
+    v->present = 1;
+    if (get_obj(root, "", "vision_config", &o, c) || opt_str(o, s, "model_type", v->model_type, "", c) ||
         get_i64(o, s, "num_hidden_layers", &v->num_hidden_layers, c) ||
         get_i64(o, s, "hidden_size", &v->hidden_size, c) ||
         get_i64(o, s, "num_attention_heads", &v->num_attention_heads, c) ||
@@ -269,9 +291,19 @@ static int read_synth(json_t *root, tide_synth_meta *m, jctx *c) {
     if (!json_is_object(o)) return bad_type(o, "", "tide_synthetic", "an object", c);
     int64_t seed;
     const char *s = "tide_synthetic";
+    char map[TIDE_CONFIG_STR];
     if (get_str(o, s, "shape", m->shape, c) || get_i64(o, s, "seed", &seed, c) ||
-        get_i64(o, s, "written_layers", &m->written_layers, c))
+        get_i64(o, s, "written_layers", &m->written_layers, c) ||
+        opt_str(o, s, "engram_token_map", map, "tokenizer", c))
         return -1;
+    /* Written by tide synth: "synthetic" when it wrote no tokenizer.json, so
+     * the engram layers hash through tide's stand-in map by the checkpoint's
+     * own record, never because a file happens to be missing. */
+    if (strcmp(map, "synthetic") && strcmp(map, "tokenizer"))
+        return tide_fail(c->st, TIDE_ERR_FORMAT,
+                         "%s: tide_synthetic.engram_token_map is \"%s\"; expected \"tokenizer\" or \"synthetic\"",
+                         c->origin, map);
+    m->synthetic_token_map = !strcmp(map, "synthetic");
     m->seed = (uint64_t)seed;
     m->is_synthetic = 1;
     return 0;
@@ -282,14 +314,25 @@ static int read_root(json_t *root, tide_config *cfg, jctx *c) {
     if (!json_is_object(root))
         return tide_fail(c->st, TIDE_ERR_FORMAT, "%s: the top level must be an object (found %s)",
                          c->origin, tide_json_kind(root));
-    if (get_str(root, "", "model_type", cfg->model_type, c) ||
-        get_i64(root, "", "image_token_id", &cfg->image_token_id, c) ||
-        get_obj(root, "", "text_config", &text, c))
+    if (opt_str(root, "", "model_type", cfg->model_type, "", c) || get_obj(root, "", "text_config", &text, c))
         return -1;
     if (read_attention(text, &cfg->text, c) || read_moe_hc(text, &cfg->text, c) ||
         read_engram_dspark(text, &cfg->text, c) || read_quant(root, &cfg->quant, c) ||
         read_vision(root, &cfg->vision, c) || read_synth(root, &cfg->synth, c))
         return -1;
+    /* The image token means something only to the vision path (model.py
+     * reads it there alone): required with a vision tower, -1 (none) for a
+     * text-only model that does not name it. */
+    if (cfg->vision.num_hidden_layers > 0 || json_object_get(root, "image_token_id")) {
+        if (!json_object_get(root, "image_token_id"))
+            return tide_fail(c->st, TIDE_ERR_MISSING,
+                             "%s: image_token_id is missing (required with a vision tower: "
+                             "vision_config.num_hidden_layers = %lld)",
+                             c->origin, (long long)cfg->vision.num_hidden_layers);
+        if (get_i64(root, "", "image_token_id", &cfg->image_token_id, c)) return -1;
+    } else {
+        cfg->image_token_id = -1;
+    }
     return 0;
 }
 
@@ -313,8 +356,8 @@ int tide_config_from_json_text(const char *text, const char *origin, tide_config
 
 static int read_file(const char *path, char **out, tide_status *st) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return tide_fail(st, TIDE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = tide_fopen_regular(path, st);
+    if (!f) return -1;
     char *buf = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -391,7 +434,7 @@ static json_t *i64_array(const int64_t *v, int n) {
 
 static json_t *text_to_json(const tide_text_config *x) {
     json_t *t = json_object();
-    SETS(t, "model_type", x->model_type);
+    if (x->model_type[0]) SETS(t, "model_type", x->model_type);
     SETI(t, "vocab_size", x->vocab_size);
     SETI(t, "hidden_size", x->hidden_size);
     SETI(t, "moe_intermediate_size", x->moe_intermediate_size);
@@ -471,7 +514,7 @@ static json_t *quant_to_json(const tide_quant_config *q) {
 
 static json_t *vision_to_json(const tide_vision_config *v) {
     json_t *o = json_object();
-    SETS(o, "model_type", v->model_type);
+    if (v->model_type[0]) SETS(o, "model_type", v->model_type);
     SETI(o, "num_hidden_layers", v->num_hidden_layers);
     SETI(o, "hidden_size", v->hidden_size);
     SETI(o, "num_attention_heads", v->num_attention_heads);
@@ -490,16 +533,18 @@ int tide_config_to_json_text(const tide_config *cfg, char **text, tide_status *s
     json_t *arch = json_array();
     json_array_append_new(arch, json_string("DeepseekV41ForCausalLM"));
     json_object_set_new(root, "architectures", arch);
-    SETS(root, "model_type", cfg->model_type);
-    SETI(root, "image_token_id", cfg->image_token_id);
+    /* What was absent stays absent (the text-only layout of the reference). */
+    if (cfg->model_type[0]) SETS(root, "model_type", cfg->model_type);
+    if (cfg->image_token_id >= 0) SETI(root, "image_token_id", cfg->image_token_id);
     json_object_set_new(root, "text_config", text_to_json(&cfg->text));
     json_object_set_new(root, "quantization_config", quant_to_json(&cfg->quant));
-    json_object_set_new(root, "vision_config", vision_to_json(&cfg->vision));
+    if (cfg->vision.present) json_object_set_new(root, "vision_config", vision_to_json(&cfg->vision));
     if (cfg->synth.is_synthetic) {
         json_t *m = json_object();
         SETS(m, "shape", cfg->synth.shape);
         SETI(m, "seed", (int64_t)cfg->synth.seed);
         SETI(m, "written_layers", cfg->synth.written_layers);
+        SETS(m, "engram_token_map", cfg->synth.synthetic_token_map ? "synthetic" : "tokenizer");
         SETS(m, "note", "synthetic random weights written by tide synth; not a trained model");
         json_object_set_new(root, "tide_synthetic", m);
     }

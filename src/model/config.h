@@ -12,9 +12,10 @@
  * Loading rules: every field the model needs is required. An absent field, a
  * field of the wrong JSON type or an inconsistent value is an error whose
  * message names the field ("config.json: text_config.hidden_size is missing").
- * Nothing is silently defaulted (docs/model-config.md lists the one exception,
- * text_config.gate_temp, which the released config does not carry and the
- * reference defaults to 1.0).
+ * Optional (docs/model-config.md): what the reference's ModelArgs never reads
+ * (model_type, topk_method, rope_scaling.rope_type, num_key_value_heads,
+ * vision_config as a whole, image_token_id without a vision tower) and
+ * text_config.gate_temp, which the reference defaults to 1.0.
  *
  * Layer numbering: backbone layers are 0 .. num_hidden_layers-1; the DSpark
  * draft stages follow as layers num_hidden_layers .. +num_nextn_predict_layers-1
@@ -30,6 +31,12 @@
 #define TIDE_MAX_ENGRAM_LAYERS 16
 #define TIDE_MAX_DSPARK_TARGETS 16
 #define TIDE_CONFIG_STR 64
+/* Limits of tide's forward pass, checked by tide_config_check (so tide
+ * inspect and tide run refuse the same configs, naming the field) and relied
+ * on by model/forward.c: a sequence holds one partial compressor group of at
+ * most TIDE_MAX_COMPRESS_RATIO tokens; RoPE tables hold TIDE_MAX_ROPE_DIM dims. */
+#define TIDE_MAX_COMPRESS_RATIO 64
+#define TIDE_MAX_ROPE_DIM 512
 
 /* One layer's job, derived from the config by tide_config_check. For a
  * layer with compress_ratio 0 every source field is -1 and every flag 0. */
@@ -89,7 +96,7 @@ typedef struct tide_rope_scaling {
 } tide_rope_scaling;
 
 typedef struct tide_text_config {
-    char model_type[TIDE_CONFIG_STR];   /* "deepseek_v41_text" */
+    char model_type[TIDE_CONFIG_STR];   /* "deepseek_v41_text"; optional ("" when absent) */
     int64_t vocab_size;
     int64_t hidden_size;                /* dim */
     int64_t num_hidden_layers;          /* n_layers (backbone only) */
@@ -179,6 +186,7 @@ typedef struct tide_vision_config {
     int64_t max_image_tokens;
     int64_t min_pixels;
     int64_t max_wh_ratio;               /* JSON null -> 0 (no limit) */
+    int present;                        /* vision_config was in config.json (absent: no tower) */
 } tide_vision_config;
 
 /* Written by tide synth under config.json's "tide_synthetic" object; absent in
@@ -191,11 +199,15 @@ typedef struct tide_synth_meta {
      * checkpoint was written with --layers N (then only layers 0..N-1 + the
      * DSpark stages exist; such a checkpoint cannot run a forward pass). */
     int64_t written_layers;
+    /* tide_synthetic.engram_token_map: "synthetic" (1) when synth wrote no
+     * tokenizer.json and the engram layers use tide's stand-in token map;
+     * "tokenizer" (0, also when absent) when DIR/tokenizer.json is required. */
+    int synthetic_token_map;
 } tide_synth_meta;
 
 typedef struct tide_config {
-    char model_type[TIDE_CONFIG_STR];   /* "deepseek_v41" */
-    int64_t image_token_id;             /* top-level image_token_id */
+    char model_type[TIDE_CONFIG_STR];   /* "deepseek_v41"; optional ("" when absent) */
+    int64_t image_token_id;             /* top-level; required with a vision tower, else -1 when absent */
     tide_text_config text;
     tide_quant_config quant;
     tide_vision_config vision;
@@ -221,6 +233,11 @@ int tide_config_check(tide_config *cfg, tide_status *st);
 /* Named shapes for synthetic checkpoints: "tiny", "small", "flash",
  * "flash-ep8". Fills cfg (already checked). */
 int tide_config_preset(const char *shape_name, tide_config *cfg, tide_status *st);
+/* Turns cfg into the reference's text-only layout (what inference/model.py
+ * builds with vision disabled): no vision_config, no image_token_id, no
+ * model_type names (the reference reads none of them). No vision tower means
+ * no ffn.gate.bias_vl either (model/manifest.h). Runs tide_config_check. */
+int tide_config_drop_vision(tide_config *cfg, tide_status *st);
 /* NULL-terminated list of preset names. */
 const char *const *tide_config_preset_names(void);
 

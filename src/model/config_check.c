@@ -83,6 +83,9 @@ static int check_dims(const tide_config *cfg, tide_status *st) {
         return tide_fail(st, TIDE_ERR_UNSUPPORTED,
                          T "num_key_value_heads = %lld: V4.1 attention has one shared K=V vector (must be 1)",
                          (long long)x->num_key_value_heads);
+    if (x->qk_rope_head_dim > TIDE_MAX_ROPE_DIM)
+        return tide_fail(st, TIDE_ERR_UNSUPPORTED, T "qk_rope_head_dim = %lld: tide's forward pass supports at most %d",
+                         (long long)x->qk_rope_head_dim, TIDE_MAX_ROPE_DIM);
     if (x->qk_rope_head_dim % 2 || x->qk_rope_head_dim > x->head_dim || x->qk_rope_head_dim > x->index_head_dim)
         return tide_fail(st, TIDE_ERR_INVALID,
                          T "qk_rope_head_dim = %lld must be even and fit in head_dim (%lld) and index_head_dim (%lld)",
@@ -96,7 +99,9 @@ static int check_dims(const tide_config *cfg, tide_status *st) {
                          (long long)(x->o_groups * x->o_lora_rank));
     if (!(x->rms_norm_eps > 0))
         return tide_fail(st, TIDE_ERR_INVALID, T "rms_norm_eps must be positive (found %g)", x->rms_norm_eps);
-    if (cfg->image_token_id < 0 || cfg->image_token_id >= x->vocab_size)
+    /* -1: a text-only config that names no image token (config.c). */
+    if (cfg->image_token_id < -1 || cfg->image_token_id >= x->vocab_size ||
+        (cfg->image_token_id < 0 && cfg->vision.num_hidden_layers > 0))
         return tide_fail(st, TIDE_ERR_INVALID, "image_token_id = %lld is outside the vocabulary (%lld)",
                          (long long)cfg->image_token_id, (long long)x->vocab_size);
     return 0;
@@ -183,8 +188,11 @@ static int check_layers(const tide_config *cfg, tide_status *st) {
                          x->n_compress_ratios, (long long)(L + M));
     for (int i = 0; i < x->n_compress_ratios; i++) {
         int r = x->compress_ratios[i];
-        if (r < 0 || r > 1024)
-            return tide_fail(st, TIDE_ERR_INVALID, T "compress_ratios[%d] = %d must be in 0..1024", i, r);
+        if (r < 0 || r > TIDE_MAX_COMPRESS_RATIO)
+            return tide_fail(st, r < 0 ? TIDE_ERR_INVALID : TIDE_ERR_UNSUPPORTED,
+                             T "compress_ratios[%d] = %d must be in 0..%d (the forward pass holds one partial "
+                               "group of at most that many tokens per sequence)",
+                             i, r, TIDE_MAX_COMPRESS_RATIO);
         if (i >= L && r != 0)
             return tide_fail(st, TIDE_ERR_INVALID,
                              T "compress_ratios[%d] = %d: layer %d is DSpark stage %lld, which must be "
@@ -252,14 +260,18 @@ int tide_config_engram_primes(const tide_config *cfg, int64_t *primes, int cap, 
     const tide_text_config *x = &cfg->text;
     if (x->engram_max_ngram_size < 1 || x->engram_max_ngram_size > 64 || x->engram_n_heads < 0 ||
         x->engram_n_heads > 4096 || x->n_engram_layer_ids < 0 || x->n_engram_layer_ids > TIDE_MAX_ENGRAM_LAYERS)
-        return tide_fail(st, TIDE_ERR_INVALID, "engram primes: engram_max_ngram_size or engram_n_heads out of range");
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         T "engram_max_ngram_size = %lld or engram_n_heads = %lld is out of range for the engram "
+                           "bucket primes",
+                         (long long)x->engram_max_ngram_size, (long long)x->engram_n_heads);
     int64_t per = (x->engram_max_ngram_size - 1) * x->engram_n_heads;
     int64_t total = per * x->n_engram_layer_ids;
     /* 2^40 keeps a layer's sum of primes (its table rows) far inside int64. */
     if (per < 0 || total > cap || x->engram_vocab_size < 1 || x->engram_vocab_size > ((int64_t)1 << 40))
         return tide_fail(st, TIDE_ERR_INVALID,
-                         "engram primes: need %lld slots (have %d) and 1 <= engram_vocab_size <= 2^40",
-                         (long long)total, cap);
+                         T "engram bucket primes: need %lld slots (have %d) and 1 <= engram_vocab_size <= 2^40 "
+                           "(found %lld)",
+                         (long long)total, cap, (long long)x->engram_vocab_size);
     int64_t largest = 0;
     int k = 0;
     for (int layer = 0; layer < x->n_engram_layer_ids; layer++)
@@ -293,7 +305,7 @@ static int check_engram(const tide_text_config *x, const tide_config *cfg, tide_
         return tide_fail(st, TIDE_ERR_INVALID, T "engram_pad_token_id = %lld is outside the vocabulary",
                          (long long)x->engram_pad_token_id);
     int64_t primes[MAX_PRIMES];
-    if (tide_config_engram_primes(cfg, primes, MAX_PRIMES, st)) return tide_fail_ctx(st, T "engram");
+    if (tide_config_engram_primes(cfg, primes, MAX_PRIMES, st)) return -1; /* its message names the field */
     int per = (int)((x->engram_max_ngram_size - 1) * x->engram_n_heads);
     for (int l = 0; l < x->n_engram_layer_ids; l++) {
         int64_t sum = 0;

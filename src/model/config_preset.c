@@ -60,6 +60,7 @@ static void common(tide_config *c) {
     /* Synthetic checkpoints carry no vision tower (num_hidden_layers 0, the
      * reference's "vision disabled"); the other fields keep released values. */
     strcpy(c->vision.model_type, "deepseek_v41_vision");
+    c->vision.present = 1;
     c->vision.num_hidden_layers = 0;
     c->vision.hidden_size = 1024;
     c->vision.num_attention_heads = 16;
@@ -224,4 +225,12 @@ int tide_config_preset(const char *shape_name, tide_config *cfg, tide_status *st
     }
     if (tide_config_check(cfg, st) != 0) return tide_fail_ctx(st, "preset %s", shape_name);
     return 0;
+}
+
+int tide_config_drop_vision(tide_config *cfg, tide_status *st) {
+    memset(&cfg->vision, 0, sizeof cfg->vision);
+    cfg->image_token_id = -1;
+    cfg->model_type[0] = 0;
+    cfg->text.model_type[0] = 0;
+    return tide_config_check(cfg, st);
 }

@@ -21,7 +21,7 @@
 static int build_primes(const tide_config *cfg, tide_engram_tables *t, tide_status *st) {
     const int per_layer = t->n_cols;
     if (tide_config_engram_primes(cfg, t->primes, t->n_layers * per_layer, st) != 0)
-        return tide_fail_ctx(st, "engram");
+        return -1; /* the message names the engram field */
     for (int k = 0; k < t->n_layers; k++) {
         int64_t off = 0;
         for (int c = 0; c < per_layer; c++) {

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "base/fs.h"
 #include "model/engram.h"
 #include "text/normalize.h"
 
@@ -261,8 +262,8 @@ static int64_t distinct_count(json_t *vocab, json_t *added) {
 }
 
 static int read_file(const char *path, char **text, size_t *len, tide_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tide_fail(st, TIDE_ERR_IO, "%s: cannot open", path);
+    FILE *f = tide_fopen_regular(path, st);
+    if (!f) return -1;
     size_t cap = 1 << 20, n = 0;
     char *buf = malloc(cap);
     while (buf) {

@@ -28,7 +28,7 @@ int tide_fwd_ctx_create(const tide_model *m, const tide_ops *ops, int n_threads,
     fx->ops = ops ? ops : tide_cpu_ops();
     fx->opt = opts ? *opts : tide_fwd_default_opts();
     const tide_text_config *c = &m->cfg.text;
-    if (c->qk_rope_head_dim > 512 || c->qk_rope_head_dim % 2 || c->head_dim % 32 ||
+    if (c->qk_rope_head_dim > TIDE_MAX_ROPE_DIM || c->qk_rope_head_dim % 2 || c->head_dim % 32 ||
         c->index_head_dim % 32 || c->hidden_size % 32) {
         free(fx);
         return tide_fail(st, TIDE_ERR_UNSUPPORTED, "forward: head/rope/hidden sizes must be multiples of 32");
@@ -74,7 +74,9 @@ int tide_fwd_seq_init(tide_fwd_ctx *fx, tide_seq_cache *c, tide_status *st) {
     int max_ratio = 1;
     for (int i = 0; i < m->n_backbone; i++)
         if (m->cfg.roles[i].compress_ratio > max_ratio) max_ratio = m->cfg.roles[i].compress_ratio;
-    if (max_ratio > 64) return tide_fail(st, TIDE_ERR_UNSUPPORTED, "compress ratio %d > 64", max_ratio);
+    if (max_ratio > TIDE_MAX_COMPRESS_RATIO) /* refused earlier by tide_config_check */
+        return tide_fail(st, TIDE_ERR_UNSUPPORTED, "text_config.compress_ratios: ratio %d > %d", max_ratio,
+                         TIDE_MAX_COMPRESS_RATIO);
     if (tide_seq_cache_init(c, m->n_layers, (int)m->cfg.text.sliding_window, m->cfg.text.head_dim,
                             m->n_kv_src, max_ratio, st) != 0)
         return -1;

@@ -258,6 +258,24 @@ static int same_shape(const tide_manifest_entry *e, const tide_tensor *t) {
     return 1;
 }
 
+/* A text-model tensor the config does not call for (e.g. a layer list
+ * edited by hand, or a tensor added to a shard and the index). */
+static int check_unexpected(const tide_manifest *m, const tide_st *ck, tide_status *st) {
+    const tide_tensor *first = NULL;
+    size_t count = 0;
+    for (size_t i = 0; i < tide_st_count(ck); i++) {
+        const tide_tensor *t = tide_st_at(ck, i);
+        if (tide_manifest_is_vision(t->name) || tide_manifest_find(m, t->name)) continue;
+        if (!first) first = t;
+        count++;
+    }
+    if (!first) return 0;
+    return tide_fail(st, TIDE_ERR_FORMAT,
+                     "tensor %s in %s is not part of the model this config describes (%zu such tensors): "
+                     "config.json and the checkpoint disagree",
+                     first->name, first->file, count);
+}
+
 int tide_manifest_verify(const tide_manifest *m, const tide_st *ck, size_t *n_missing, size_t *n_wrong,
                          size_t *n_extra, tide_status *st) {
     size_t missing = 0, wrong = 0, found = 0;
@@ -293,5 +311,9 @@ int tide_manifest_verify(const tide_manifest *m, const tide_st *ck, size_t *n_mi
     if (missing || wrong)
         return tide_fail(st, first_code, "%s (%zu missing, %zu with the wrong dtype or shape)", first, missing,
                          wrong);
-    return 0;
+    return check_unexpected(m, ck, st);
+}
+
+int tide_manifest_is_vision(const char *name) {
+    return !strncmp(name, "vision.", 7) || !strncmp(name, "aligner.", 8) || !strncmp(name, "image_", 6);
 }

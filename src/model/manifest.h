@@ -88,10 +88,18 @@ int tide_manifest_layer_name(const tide_config *cfg, int layer, const char *suff
                              size_t cap, tide_status *st);
 
 /* Checks that every manifest tensor is in ck with the manifest dtype and
- * shape. The first problem fails with a message naming the tensor (and its
- * file); *n_missing / *n_wrong (may be NULL) count all problems and
- * *n_extra the checkpoint tensors not in the manifest (not an error). */
+ * shape, and that ck holds no other text-model tensor (one the config does
+ * not call for means config.json and the checkpoint disagree). The first
+ * problem fails with a message naming the tensor (and its file);
+ * *n_missing / *n_wrong (may be NULL) count the manifest's problems and
+ * *n_extra the checkpoint tensors not in the manifest (vision tower tensors
+ * included, which are not an error). tide inspect and tide_model_load both
+ * run it (model/checkpoint.h). */
 int tide_manifest_verify(const tide_manifest *m, const tide_st *ck, size_t *n_missing,
                          size_t *n_wrong, size_t *n_extra, tide_status *st);
+
+/* A vision tower tensor (vision.*, aligner.*, image_*): tide does not run the
+ * tower, so these are counted, never required, never an error. */
+int tide_manifest_is_vision(const char *name);
 
 #endif

@@ -7,8 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "model/checkpoint.h"
+#include "model/manifest.h"
 #include "num/num.h"
 
 /* snprintf without the truncation warning: names are short and a truncated
@@ -40,12 +41,15 @@ static int bind_f32(tide_model *m, const char *name, int64_t n0, int64_t n1, flo
     const tide_tensor *t = tide_st_find(m->ck, name);
     if (!t) return tide_fail(st, TIDE_ERR_MISSING, "tensor %s is missing from the checkpoint", name);
     int64_t want = n1 > 0 ? n0 * n1 : n0;
-    if ((t->dtype != TIDE_DT_F32 && t->dtype != TIDE_DT_BF16) || (int64_t)t->nelem != want ||
-        (n1 > 0 ? (t->ndim != 2 || t->shape[0] != n0) : t->ndim != 1))
-        return tide_fail(st, TIDE_ERR_FORMAT,
-                         "tensor %s: expected F32 or BF16 with %lld x %lld values, found %s with %llu",
-                         name, (long long)n0, (long long)(n1 > 0 ? n1 : 1),
-                         tide_dtype_name(t->dtype), (unsigned long long)t->nelem);
+    int64_t shape[2] = {n0, n1};
+    int ndim = n1 > 0 ? 2 : 1;
+    if ((t->dtype != TIDE_DT_F32 && t->dtype != TIDE_DT_BF16) || t->ndim != ndim || t->shape[0] != n0 ||
+        (ndim == 2 && t->shape[1] != n1)) {
+        char a[64], b[64];
+        return tide_fail(st, TIDE_ERR_FORMAT, "tensor %s in %s: expected F32 or BF16 %s, found %s %s", name,
+                         t->file, tide_shape_str(ndim, shape, a, sizeof a), tide_dtype_name(t->dtype),
+                         tide_shape_str(t->ndim, t->shape, b, sizeof b));
+    }
     float *f = own(m, (size_t)want * sizeof(float));
     if (!f) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory binding %s", name);
     const uint8_t *d = t->data;
@@ -320,47 +324,34 @@ static int bind_layer(tide_model *m, int i, tide_status *st) {
     return 0;
 }
 
-static int file_exists(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 static int build_engram(tide_model *m, const char *dir, tide_status *st) {
-    const tide_text_config *c = &m->cfg.text;
-    tide_engram_token_map tm;
-    memset(&tm, 0, sizeof tm);
-    char path[4096];
-    name_of(path, sizeof path, "%s/tokenizer.json", dir);
-    int rc;
-    if (file_exists(path))
-        rc = tide_engram_token_map_from_tokenizer_json(path, &tm, st);
-    else if (m->cfg.synth.is_synthetic)
-        rc = tide_engram_token_map_synthetic(c->vocab_size, c->engram_compressed_vocab_size, &tm, st);
-    else
-        return tide_fail(st, TIDE_ERR_MISSING,
-                         "%s: the engram layers need tokenizer.json (the token map)", dir);
-    if (rc != 0) return -1;
-    rc = tide_engram_tables_build(&m->cfg, &tm, &m->engram, st);
-    tide_engram_token_map_free(&tm);
-    if (rc != 0) return -1;
-    m->has_engram = 1;
+    if (tide_ckpt_engram(dir, &m->cfg, &m->engram, &m->has_engram, NULL, st) != 0) return -1;
     m->engram_dims = tide_engram_dims_of(&m->cfg);
     return 0;
+}
+
+/* Steps 1-4 of model/checkpoint.h, as tide inspect runs them. */
+static int open_checked(tide_model *m, const char *dir, tide_status *st) {
+    if (tide_ckpt_check_dir(dir, st) != 0 || tide_config_load(dir, &m->cfg, st) != 0) return -1;
+    const tide_text_config *c = &m->cfg.text;
+    if (m->cfg.present_layers < c->num_hidden_layers)
+        return tide_fail(st, TIDE_ERR_UNSUPPORTED,
+                         "%s holds only %d of %lld layers (written with --layers): it cannot run", dir,
+                         m->cfg.present_layers, (long long)c->num_hidden_layers);
+    if (tide_st_open(dir, &m->ck, st) != 0) return -1;
+    tide_manifest man;
+    if (tide_manifest_build(&m->cfg, &man, st) != 0) return -1;
+    int rc = tide_manifest_verify(&man, m->ck, NULL, NULL, NULL, st);
+    tide_manifest_free(&man);
+    return rc;
 }
 
 int tide_model_load(const char *dir, tide_model **out, tide_status *st) {
     *out = NULL;
     tide_model *m = calloc(1, sizeof *m);
     if (!m) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
-    if (tide_config_load(dir, &m->cfg, st) != 0) goto fail;
+    if (open_checked(m, dir, st) != 0) goto fail;
     const tide_text_config *c = &m->cfg.text;
-    if (m->cfg.present_layers < c->num_hidden_layers) {
-        tide_fail(st, TIDE_ERR_UNSUPPORTED,
-                  "%s holds only %d of %lld layers (written with --layers): it cannot run", dir,
-                  m->cfg.present_layers, (long long)c->num_hidden_layers);
-        goto fail;
-    }
-    if (tide_st_open(dir, &m->ck, st) != 0) goto fail;
     m->n_backbone = (int)c->num_hidden_layers;
     m->n_layers = m->cfg.n_layers;
     m->has_dspark = c->num_nextn_predict_layers > 0 && c->dspark_block_size > 0;

@@ -200,8 +200,8 @@ static void assign_shards(const tide_manifest *m, int nshards, int *shard) {
 }
 
 static int copy_file(const char *src, const char *dst, tide_status *st) {
-    FILE *in = fopen(src, "rb");
-    if (!in) return tide_fail(st, TIDE_ERR_IO, "%s: cannot open: %s", src, strerror(errno));
+    FILE *in = tide_fopen_regular(src, st);
+    if (!in) return -1;
     FILE *out = fopen(dst, "wb");
     if (!out) {
         fclose(in);
@@ -323,6 +323,9 @@ int tide_synth_write(const tide_config *cfg_in, const tide_synth_opts *o, tide_s
     snprintf(cfg->synth.shape, sizeof cfg->synth.shape, "%s", o->shape ? o->shape : "custom");
     cfg->synth.seed = o->seed;
     cfg->synth.written_layers = o->layers ? o->layers : L;
+    /* Recorded, so that loading never picks the stand-in map merely because
+     * tokenizer.json went missing (model/checkpoint.h). */
+    cfg->synth.synthetic_token_map = o->tokenizer == NULL;
     tide_manifest m;
     int rc = -1;
     if (match_tokenizer(cfg, o->tokenizer, st) || tide_config_check(cfg, st) || tide_manifest_build(cfg, &m, st)) {

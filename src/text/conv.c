@@ -25,6 +25,7 @@ static void free_tool(tide_tool *t) {
     free(t->name);
     free(t->description);
     json_decref(t->parameters);
+    json_decref(t->shown);
 }
 
 void tide_conv_clear_tools(tide_conv *c) {
@@ -62,14 +63,28 @@ static int reserve(void **arr, size_t *cap, size_t n, size_t size) {
     return 0;
 }
 
+/* Text the conversation takes: no NUL (strings here are C strings) and no
+ * literal image placeholder (the release refuses it: images are content
+ * parts, and tide supports none yet). */
+static int check_text(const char *s, size_t n, const char *what, tide_status *st) {
+    if (s && memchr(s, 0, n)) return tide_fail(st, TIDE_ERR_INVALID, "%s contains a NUL character", what);
+    const char *ph = TIDE_CONV_IMAGE_PLACEHOLDER;
+    size_t pn = strlen(ph);
+    for (size_t i = 0; s && n >= pn && i <= n - pn; i++)
+        if (s[i] == ph[0] && memcmp(s + i, ph, pn) == 0)
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "%s contains the image placeholder %s at byte %zu (images are content parts)", what, ph,
+                             i);
+    return 0;
+}
+
 int tide_conv_add(tide_conv *c, tide_role role, const char *content, size_t n, tide_status *st) {
     if (c->n_msgs >= TIDE_CONV_MAX_MESSAGES)
         return tide_fail(st, TIDE_ERR_INVALID, "more than %d messages", TIDE_CONV_MAX_MESSAGES);
     if (n > TIDE_CONV_MAX_TEXT)
         return tide_fail(st, TIDE_ERR_INVALID, "message of %zu bytes exceeds the limit of %u", n,
                          TIDE_CONV_MAX_TEXT);
-    if (content && memchr(content, 0, n))
-        return tide_fail(st, TIDE_ERR_INVALID, "text contains a NUL character"); /* strings here are C strings */
+    if (check_text(content, n, "text", st) != 0) return -1;
     if (reserve((void **)&c->msgs, &c->cap_msgs, c->n_msgs, sizeof *c->msgs) != 0)
         return tide_fail(st, TIDE_ERR_NOMEM, "out of memory adding a message");
     tide_msg *m = &c->msgs[c->n_msgs];
@@ -93,7 +108,7 @@ int tide_conv_set_reasoning(tide_conv *c, const char *text, size_t n, tide_statu
     tide_msg *m = last_of(c, TIDE_ROLE_ASSISTANT, "reasoning", st);
     if (!m) return -1;
     if (n > TIDE_CONV_MAX_TEXT) return tide_fail(st, TIDE_ERR_INVALID, "reasoning of %zu bytes is too long", n);
-    if (memchr(text, 0, n)) return tide_fail(st, TIDE_ERR_INVALID, "reasoning contains a NUL character");
+    if (check_text(text, n, "reasoning", st) != 0) return -1;
     free(m->reasoning);
     m->reasoning = dupn(text, n);
     return m->reasoning ? 0 : tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
@@ -158,12 +173,20 @@ int tide_conv_add_tool(tide_conv *c, const char *name, const char *description, 
     t->name = dup0(name);
     t->description = dup0(description);
     t->parameters = parameters ? json_incref(parameters) : NULL;
+    t->shown = NULL;
     if (!t->name || (description && !t->description)) {
         free_tool(t);
         return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
     }
     c->n_tools++;
     return 0;
+}
+
+void tide_conv_set_tool_shown(tide_conv *c, json_t *shown) {
+    if (c->n_tools == 0) return;
+    tide_tool *t = &c->tools[c->n_tools - 1];
+    json_decref(t->shown);
+    t->shown = shown ? json_incref(shown) : NULL;
 }
 
 int tide_conv_keep_tool(tide_conv *c, const char *name, tide_status *st) {
@@ -178,12 +201,13 @@ int tide_conv_keep_tool(tide_conv *c, const char *name, tide_status *st) {
     return 0;
 }
 
-/* THE table. vLLM's DeepSeek V4 encoder: low 25, high 50, xhigh 75, max 100,
- * default high. "minimal" and "medium" are OpenAI's names and land on the
- * nearest vLLM level; "maximum" is an alias some clients send. */
+/* THE table: the release's encoder (encoding/encoding.py): low 50, high 75,
+ * max 100, default high; it refuses other names. "minimal", "medium",
+ * "xhigh" (OpenAI's and vLLM's names) and "maximum" are tide's aliases,
+ * placed on the nearest of the release's levels (docs/text.md). */
 static const struct { const char *name; int effort; } EFFORTS[] = {
-    {"minimal", 25}, {"low", 25}, {"medium", 50}, {"high", 50},
-    {"xhigh", 75},   {"max", 100}, {"maximum", 100},
+    {"low", 50},     {"high", 75},   {"max", 100},    {"minimal", 50},
+    {"medium", 75},  {"xhigh", 100}, {"maximum", 100},
 };
 
 int tide_effort_from_name(const char *name, int *effort, tide_status *st) {
@@ -193,14 +217,14 @@ int tide_effort_from_name(const char *name, int *effort, tide_status *st) {
             return 0;
         }
     return tide_fail(st, TIDE_ERR_INVALID,
-                     "unknown reasoning effort \"%.32s\" (expected none, minimal, low, medium, high, xhigh or max)",
+                     "unknown reasoning effort \"%.32s\" (expected low, high, max, an integer 1..100, or none; "
+                     "minimal, medium and xhigh are accepted as aliases)",
                      name);
 }
 
 const char *tide_effort_name(int effort) {
-    if (effort <= 25) return "low";
-    if (effort <= 50) return "high";
-    if (effort <= 75) return "xhigh";
+    if (effort <= 50) return "low";
+    if (effort <= 75) return "high";
     return "max";
 }
 

@@ -23,6 +23,9 @@
 #define TIDE_CONV_MAX_NAME 128         /* tool names and parameter names, bytes */
 #define TIDE_CONV_MAX_TEXT (16u << 20) /* one message, bytes */
 
+/* The release's image placeholder; refused in client text (conv.c). */
+#define TIDE_CONV_IMAGE_PLACEHOLDER "<\xef\xbd\x9c" "deepseek_image\xef\xbd\x9c>"
+
 /* Default completion budgets when a request names none. */
 #define TIDE_MAX_TOKENS_CHAT 8192
 #define TIDE_MAX_TOKENS_THINKING 65536
@@ -53,6 +56,8 @@ typedef struct tide_tool {
     char *name;
     char *description; /* may be NULL */
     json_t *parameters; /* JSON schema (owned reference); may be NULL */
+    json_t *shown;      /* the definition as the client sent it, rendered as is
+                         * (owned reference); NULL: {name, description, parameters} */
 } tide_tool;
 
 typedef struct tide_conv {
@@ -62,6 +67,7 @@ typedef struct tide_conv {
     size_t n_tools, cap_tools;
     json_t *response_format; /* rendered as the response-format block; NULL = none */
     int thinking;            /* 0 chat mode, 1 thinking mode */
+    int continue_final;      /* 1: a final assistant message is continued (no EOS) */
     int effort;              /* 1..100, used in thinking mode */
 } tide_conv;
 
@@ -80,6 +86,9 @@ int tide_conv_set_call_id(tide_conv *c, const char *id, tide_status *st);
 /* Adds a tool; `parameters` is borrowed (a reference is taken). */
 int tide_conv_add_tool(tide_conv *c, const char *name, const char *description,
                        json_t *parameters, tide_status *st);
+/* Sets what the last tool renders as (the client's own definition object,
+ * key order and extra keys kept); `shown` is borrowed. */
+void tide_conv_set_tool_shown(tide_conv *c, json_t *shown);
 /* Keeps only the tool named `name` (tool_choice naming one function). */
 int tide_conv_keep_tool(tide_conv *c, const char *name, tide_status *st);
 void tide_conv_clear_tools(tide_conv *c);
@@ -87,9 +96,9 @@ void tide_conv_clear_tools(tide_conv *c);
 /* Tool and parameter names: 1..TIDE_CONV_MAX_NAME bytes of [A-Za-z0-9_.:-]. */
 int tide_conv_check_name(const char *name, tide_status *st);
 
-/* Reasoning effort: the one table mapping names to the 1..100 scale.
- * Sources disagree (see docs/text.md); tide follows vLLM's encoder. */
-#define TIDE_EFFORT_DEFAULT 50 /* "high" */
+/* Reasoning effort: the one table mapping names to the 1..100 scale, the
+ * release encoder's (low 50, high 75, max 100) plus aliases (docs/text.md). */
+#define TIDE_EFFORT_DEFAULT 75 /* "high", the release's default */
 /* 0 and *effort set for a known name; -1 (status names the choices) if not.
  * "none" is not an effort: callers turn thinking off for it. */
 int tide_effort_from_name(const char *name, int *effort, tide_status *st);

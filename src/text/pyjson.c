@@ -85,7 +85,7 @@ void tide_pyjson_float(tide_sb *out, double d) {
     tide_sb_addf(out, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
 }
 
-static void dump(tide_sb *out, const json_t *v) {
+static void dump(tide_sb *out, const json_t *v, const tide_pyjson_doc *doc) {
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
         const char *k;
@@ -97,7 +97,7 @@ static void dump(tide_sb *out, const json_t *v) {
             first = 0;
             tide_pyjson_string(out, k, strlen(k));
             tide_sb_add(out, ": ");
-            dump(out, x);
+            dump(out, x, doc);
         }
         tide_sb_addc(out, '}');
         break;
@@ -108,12 +108,15 @@ static void dump(tide_sb *out, const json_t *v) {
         tide_sb_addc(out, '[');
         json_array_foreach(v, i, x) {
             if (i) tide_sb_add(out, ", ");
-            dump(out, x);
+            dump(out, x, doc);
         }
         tide_sb_addc(out, ']');
         break;
     }
-    case JSON_STRING: tide_pyjson_string(out, json_string_value(v), json_string_length(v)); break;
+    case JSON_STRING:
+        if (tide_pyjson_doc_is_raw(doc, v)) tide_sb_addn(out, json_string_value(v), json_string_length(v));
+        else tide_pyjson_string(out, json_string_value(v), json_string_length(v));
+        break;
     case JSON_INTEGER: tide_sb_addf(out, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
     case JSON_REAL: tide_pyjson_float(out, json_real_value(v)); break;
     case JSON_TRUE: tide_sb_add(out, "true"); break;
@@ -122,10 +125,12 @@ static void dump(tide_sb *out, const json_t *v) {
     }
 }
 
-int tide_pyjson_dump(tide_sb *out, const json_t *v, tide_status *st) {
+int tide_pyjson_doc_dump(tide_sb *out, const tide_pyjson_doc *doc, const json_t *v, tide_status *st) {
     if (!v) return tide_fail(st, TIDE_ERR_INVALID, "no JSON value");
     if (tide_json_depth(v, TIDE_PYJSON_MAX_DEPTH + 1) > TIDE_PYJSON_MAX_DEPTH)
         return tide_fail(st, TIDE_ERR_INVALID, "JSON nested deeper than %d levels", TIDE_PYJSON_MAX_DEPTH);
-    dump(out, v);
+    dump(out, v, doc);
     return tide_sb_check(out, "writing JSON", st);
 }
+
+int tide_pyjson_dump(tide_sb *out, const json_t *v, tide_status *st) { return tide_pyjson_doc_dump(out, NULL, v, st); }

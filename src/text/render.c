@@ -90,6 +90,11 @@ static int render_tools(rbuf *r, const tide_conv *c, tide_status *st) {
         const tide_tool *t = &c->tools[i];
         if (i) tide_sb_addc(b, '\n');
         size_t at = b->len;
+        if (t->shown) { /* the client's own definition, as the release writes it */
+            if (tide_pyjson_dump(b, t->shown, st) != 0) return tide_fail_ctx(st, "tool \"%s\"", t->name);
+            plain(r, at);
+            continue;
+        }
         tide_sb_add(b, "{\"name\": ");
         tide_pyjson_string(b, t->name, strlen(t->name));
         if (t->description) {
@@ -108,19 +113,40 @@ static int render_tools(rbuf *r, const tide_conv *c, tide_status *st) {
     return 0;
 }
 
+/* The arguments as the release reads them: json.loads, applied once more
+ * when the first gives a string (double-encoded). 0 with *doc holding an
+ * object to render key by key; 0 with doc->root NULL when they are to be
+ * passed whole (not JSON, or not an object); -1 when tide refuses them. */
+static int load_arguments(const char *arguments, tide_pyjson_doc *doc, tide_status *st) {
+    if (tide_pyjson_load(arguments, strlen(arguments), doc, st) != 0)
+        return st->code == TIDE_ERR_FORMAT ? 0 : -1;
+    if (json_is_string(doc->root)) {
+        tide_pyjson_doc inner;
+        int rc = tide_pyjson_load(json_string_value(doc->root), json_string_length(doc->root), &inner, st);
+        tide_pyjson_doc_free(doc);
+        if (rc != 0) return st->code == TIDE_ERR_FORMAT ? 0 : -1;
+        *doc = inner;
+    }
+    if (!json_is_object(doc->root)) {
+        tide_pyjson_doc_free(doc);
+        return 0;
+    }
+    if (doc->has_nul || doc->lone_surrogate) { /* no prompt can hold them */
+        const char *what = doc->has_nul ? "a NUL character" : "an unpaired surrogate (\\ud800-\\udfff)";
+        tide_pyjson_doc_free(doc);
+        return tide_fail(st, TIDE_ERR_INVALID, "the arguments hold %s", what);
+    }
+    return 0;
+}
+
 /* Arguments as DSML parameters. A JSON object (possibly double-encoded as
  * a JSON string) gives one parameter per key, strings raw and the rest as
  * JSON; anything else is passed whole as a string parameter "arguments". */
 static int render_arguments(rbuf *r, const char *arguments, tide_status *st) {
     tide_sb *b = &r->b;
-    json_t *v = json_loads(arguments, JSON_DECODE_ANY, NULL);
-    if (json_is_string(v)) {
-        json_t *inner = json_loads(json_string_value(v), JSON_DECODE_ANY, NULL);
-        json_decref(v);
-        v = inner;
-    }
-    if (!json_is_object(v)) {
-        json_decref(v);
+    tide_pyjson_doc doc;
+    if (load_arguments(arguments, &doc, st) != 0) return -1;
+    if (!doc.root) {
         tide_sb_add(b, TIDE_DSML_PARAM_OPEN "arguments\" string=\"true\">");
         add_plain(r, arguments, strlen(arguments));
         tide_sb_add(b, TIDE_DSML_PARAM_CLOSE);
@@ -129,23 +155,23 @@ static int render_arguments(rbuf *r, const char *arguments, tide_status *st) {
     const char *key;
     json_t *x;
     int first = 1, rc = 0;
-    json_object_foreach(v, key, x) {
+    json_object_foreach(doc.root, key, x) {
         if (!first) tide_sb_addc(b, '\n');
         first = 0;
         tide_sb_add(b, TIDE_DSML_PARAM_OPEN);
         add_plain(r, key, strlen(key));
-        if (json_is_string(x)) {
+        if (json_is_string(x) && !tide_pyjson_doc_is_raw(&doc, x)) {
             tide_sb_add(b, "\" string=\"true\">");
             add_plain(r, json_string_value(x), json_string_length(x));
         } else {
             tide_sb_add(b, "\" string=\"false\">");
             size_t at = b->len;
-            if ((rc = tide_pyjson_dump(b, x, st)) != 0) break;
+            if ((rc = tide_pyjson_doc_dump(b, &doc, x, st)) != 0) break;
             plain(r, at);
         }
         tide_sb_add(b, TIDE_DSML_PARAM_CLOSE);
     }
-    json_decref(v);
+    tide_pyjson_doc_free(&doc);
     return rc;
 }
 
@@ -166,12 +192,14 @@ static int render_calls(rbuf *r, const tide_msg *m, tide_status *st) {
 }
 
 /* Position of a tool result among the calls of the latest assistant message
- * that made calls; unknown ids sort as call 0 (the reference's rule). */
+ * that made calls; unknown ids sort as call 0 and, when calls share an id,
+ * the last of them decides (the release maps each id to its last index). */
 static size_t call_rank(const tide_msg *calls_msg, const tide_msg *result) {
-    if (!calls_msg || !result->tool_call_id) return 0;
+    if (!calls_msg || !result->tool_call_id || !result->tool_call_id[0]) return 0;
+    size_t rank = 0;
     for (size_t i = 0; i < calls_msg->n_calls; i++)
-        if (calls_msg->calls[i].id && strcmp(calls_msg->calls[i].id, result->tool_call_id) == 0) return i;
-    return 0;
+        if (calls_msg->calls[i].id && strcmp(calls_msg->calls[i].id, result->tool_call_id) == 0) rank = i;
+    return rank;
 }
 
 static int has_ids(const tide_msg *m) {
@@ -297,7 +325,7 @@ static int render_units(rbuf *r, const tide_conv *c, const unit *u, size_t n, in
             }
             add_plain(r, m->content, strlen(m->content));
             if (m->n_calls && render_calls(r, m, st) != 0) return -1;
-            if (!is_last) tide_sb_add(b, TIDE_TOK_EOS); /* a final assistant message is continued */
+            if (!is_last || !c->continue_final) tide_sb_add(b, TIDE_TOK_EOS); /* unless continued (prefill) */
             if (m->n_calls) calls_msg = m;
             break;
         }

@@ -47,8 +47,9 @@ typedef struct tide_prompt {
     size_t n_plain;
 } tide_prompt;
 
-/* Renders `c`. A conversation ending in an assistant message renders that
- * message without its end-of-sentence token, so generation continues it. */
+/* Renders `c`. Every assistant message ends in the end-of-sentence token,
+ * as in the release's encoder, except a final one when c->continue_final
+ * asks for it to be continued (prefill). */
 int tide_render(const tide_conv *c, tide_prompt *out, tide_status *st);
 void tide_prompt_free(tide_prompt *p);
 

@@ -191,6 +191,12 @@ int tide_cuda_gemm_fp4(const uint8_t *xq, const uint8_t *xs, int64_t m, const ui
     return gemm(TIDE_W_FP4, xq, xs, m, w, ws, n, k, y, st);
 }
 
+int tide_cuda_gemm_exact(const uint8_t *xq, const uint8_t *xs, int64_t m, const uint8_t *w, const uint8_t *ws,
+                         int64_t n, int64_t k, int fp4, uint16_t *y, tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    return gemm(fp4 ? TIDE_W_FP4 : TIDE_W_FP8, xq, xs, m, w, ws, n, k, y, st);
+}
+
 int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, const float *kv, int64_t n_kv,
                           const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
                           tide_cuda_stream stream, tide_status *st) {

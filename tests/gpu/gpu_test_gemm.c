@@ -26,12 +26,12 @@ typedef struct {
     int64_t m, n, k;
 } shape;
 
-enum { FMT_FP8 = 0, FMT_FP4 = 1, FMT_FP8_WGMMA = 2 };
+enum { FMT_FP8 = 0, FMT_FP4 = 1, FMT_FP8_WGMMA = 2, FMT_FP8_EXACT = 3, FMT_FP4_EXACT = 4 };
 
 /* Returns the number of outputs outside the bound (NaN counted). swap: for
  * the wgmma path, the descriptor variant (see tide_cuda_gemm_fp8_wgmma_probe). */
 static size_t run_case(gu_ctx *c, gu_rng *rng, tide_pool *pool, shape s, int fmt, int swap, int report) {
-    int fp4 = fmt == FMT_FP4;
+    int fp4 = fmt == FMT_FP4 || fmt == FMT_FP4_EXACT, exact = fmt >= FMT_FP8_EXACT;
     size_t nx = (size_t)(s.m * s.k), nw = (size_t)(s.n * s.k), ny = (size_t)(s.m * s.n);
     int64_t nbk = s.k / 32, nbn = (s.n + 31) / 32;
     size_t wbytes = fp4 ? nw / 2 : nw, sbytes = (size_t)((fp4 ? s.n : nbn) * nbk);
@@ -90,6 +90,7 @@ static size_t run_case(gu_ctx *c, gu_rng *rng, tide_pool *pool, shape s, int fmt
     gu_ran(tide_cuda_quant_fp8_act(dx, s.m, s.k, dxq, dxs, NULL, &st), &st, "quant_fp8_act");
     if (fmt == FMT_FP4) gu_ran(tide_cuda_gemm_fp4(dxq, dxs, s.m, dw, dws, s.n, s.k, dy, NULL, &st), &st, "gemm_fp4");
     else if (fmt == FMT_FP8) gu_ran(tide_cuda_gemm_fp8(dxq, dxs, s.m, dw, dws, s.n, s.k, dy, NULL, &st), &st, "gemm_fp8");
+    else if (exact) gu_ran(tide_cuda_gemm_exact(dxq, dxs, s.m, dw, dws, s.n, s.k, fp4, dy, NULL, &st), &st, "gemm_exact");
     else gu_ran(tide_cuda_gemm_fp8_wgmma_probe(dxq, dxs, s.m, dw, dws, s.n, s.k, dy, swap, NULL, &st), &st, "gemm_fp8_wgmma");
     uint16_t *got = gu_xmalloc(ny * sizeof(uint16_t));
     gu_down(got, dy, ny * sizeof(uint16_t));
@@ -114,10 +115,13 @@ static size_t run_case(gu_ctx *c, gu_rng *rng, tide_pool *pool, shape s, int fmt
         }
     double nrel = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
     char name[80];
-    static const char *fmt_name[3] = {"fp8", "fp4", "fp8-wgmma"};
+    static const char *fmt_name[5] = {"fp8", "fp4", "fp8-wgmma", "fp8-exact", "fp4-exact"};
     snprintf(name, sizeof name, "%s%s %lldx%lldx%lld", fmt_name[fmt], fmt == FMT_FP8_WGMMA && swap ? "(swapped)" : "",
              (long long)s.m, (long long)s.n, (long long)s.k);
-    if (report)
+    if (report && exact)
+        gu_result(c, name, nan == 0 && same == ny, "%zu of %zu outputs differ from the CPU (bound: bit-identical)",
+                  ny - same, ny);
+    else if (report)
         gu_result(c, name, nan == 0 && over == 0 && nrel < 2e-3,
               "bit-identical %.4f%%, over bound %zu, NaN/unwritten %zu, max excess/(norm(x)norm(w)) %.2e (bound 2^-12=%.2e), "
               "norm-rel err %.2e (bound 2e-3)",
@@ -165,6 +169,9 @@ int main(void) {
     const shape *sh = c.small ? small : big;
     size_t n = c.small ? sizeof small / sizeof *small : sizeof big / sizeof *big;
     for (int fmt = FMT_FP8; fmt <= FMT_FP4; fmt++)
+        for (size_t i = 0; i < n; i++) run_case(&c, &rng, pool, sh[i], fmt, 0, 1);
+    /* the exact mode's CUDA-core GEMM: bit-identical to the CPU, required */
+    for (int fmt = FMT_FP8_EXACT; fmt <= FMT_FP4_EXACT; fmt++)
         for (size_t i = 0; i < n; i++) run_case(&c, &rng, pool, sh[i], fmt, 0, 1);
     /* the experimental wgmma path: first which descriptor reading is right
      * (0: as written; 1: the two offsets swapped), then every case with it */

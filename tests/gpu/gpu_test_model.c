@@ -27,6 +27,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "gpu_util.h"
+#include "shadow_ops.h"
 #include "model/config.h"
 #include "model/dspark.h"
 #include "model/forward.h"
@@ -102,6 +103,7 @@ typedef struct {
     tide_fwd_ctx *fc, *fg;
     tide_seq_cache sc, sg;
     float *lc, *lg;
+    shadow_ops *shadow; /* TIDE_GPU_SHADOW=1: every GPU op compared with the CPU's */
 } pair;
 
 static void pair_open(pair *p, const tide_model *m, tide_cuda_ops_ctx *cx, const tide_fwd_opts *o) {
@@ -110,7 +112,17 @@ static void pair_open(pair *p, const tide_model *m, tide_cuda_ops_ctx *cx, const
     p->m = m;
     p->cx = cx;
     if (tide_fwd_ctx_create(m, tide_cpu_ops(), n_threads(), o, &p->fc, &st) != 0) die("cpu context", &st);
-    if (tide_fwd_ctx_create(m, tide_cuda_ops_table(cx), n_threads(), o, &p->fg, &st) != 0) die("gpu context", &st);
+    const tide_ops *gt = tide_cuda_ops_table(cx);
+    const char *sh = getenv("TIDE_GPU_SHADOW");
+    if (sh && *sh && strcmp(sh, "0") != 0) {
+        p->shadow = shadow_ops_create(gt, tide_cpu_ops(), "model");
+        if (!p->shadow) {
+            fprintf(stderr, "gpu_test_model: shadow table: out of memory\n");
+            exit(2);
+        }
+        gt = shadow_ops_table(p->shadow);
+    }
+    if (tide_fwd_ctx_create(m, gt, n_threads(), o, &p->fg, &st) != 0) die("gpu context", &st);
     if (tide_fwd_seq_init(p->fc, &p->sc, &st) != 0 || tide_fwd_seq_init(p->fg, &p->sg, &st) != 0)
         die("sequence", &st);
     int64_t V = m->cfg.text.vocab_size;
@@ -125,6 +137,10 @@ static void pair_close(pair *p) {
     tide_fwd_ctx_free(p->fg);
     free(p->lc);
     free(p->lg);
+    if (p->shadow) {
+        shadow_ops_report(p->shadow);
+        shadow_ops_destroy(p->shadow);
+    }
 }
 
 /* One step of n tokens on both; compares the last row's logits. Returns 0,

@@ -75,6 +75,16 @@ int tide_cuda_gemm_fp8(const uint8_t *xq, const uint8_t *xs, int64_t m, const ui
                        const uint8_t *ws, int64_t n, int64_t k, uint16_t *y, tide_cuda_stream stream,
                        tide_status *st);
 
+/* The same GEMM (fp4 = 0: FP8 weights as tide_cuda_gemm_fp8; fp4 = 1: FP4
+ * weights as tide_cuda_gemm_fp4) on CUDA cores with the CPU linear()'s
+ * exact numerics, bit for bit: each 32-block's dot product exact in double
+ * and rounded once to f32 (gemm_exact.cu). For the exact kernel mode; the
+ * tensor-core GEMMs differ from it by one bf16 step on a few outputs in a
+ * million. 1 <= m <= 65535, k a positive multiple of 32, w 16-byte aligned. */
+int tide_cuda_gemm_exact(const uint8_t *xq, const uint8_t *xs, int64_t m, const uint8_t *w,
+                         const uint8_t *ws, int64_t n, int64_t k, int fp4, uint16_t *y, tide_cuda_stream stream,
+                         tide_status *st);
+
 /* EXPERIMENTAL (gemm_fp8_wgmma.cu): the same function on Hopper's native
  * fp8 warpgroup instruction (wgmma); same arguments and bound. The _probe
  * form is for tests/gpu only: swap != 0 swaps the two core-matrix offsets

@@ -82,13 +82,15 @@ static int linear_plain_gpu(tide_cuda_ops_ctx *cx, const tide_weight *w, const f
     return cxo_down(cx, y, dy, yb, st);
 }
 
-/* Activation quantised on the GPU (bit-identical to the CPU's), then the
- * mma.sync GEMM, not the wgmma one: the mma.sync path forms each block's
- * dot product on the f16 tensor-core path and agrees with the CPU bit for
- * bit on all but a few outputs in a million, the wgmma path differs by a
- * bf16 step on 1-4% of outputs (docs/gpu.md); this table exists to check
- * the model against the CPU, so the closer GEMM is the right one for every
- * shape. (The GEMM picks its own tile: the skinny one for <= 16 rows.) */
+/* Activation quantised on the GPU (bit-identical to the CPU's), then, in
+ * the exact mode (the default), the CUDA-core GEMM with the CPU's exactly
+ * rounded block sums: bit-identical. The tensor-core GEMMs are not: the
+ * mma.sync path agrees with the CPU on all but a few outputs in a million,
+ * and one bf16 step on one output is enough to flip a greedy token many
+ * steps later (gpu_test_model small/ref, seed 117712416801206); the fast
+ * mode uses the mma.sync one (the wgmma path differs by a bf16 step on 1-4%
+ * of outputs, docs/gpu.md). (The GEMM picks its own tile: the skinny one
+ * for <= 16 rows.) */
 static int linear_gpu(tide_cuda_ops_ctx *cx, const tide_weight *w, const float *x, int64_t rows, float *y,
                       tide_status *st) {
     int64_t in = w->in, out = w->out, nbk = in / 32;
@@ -107,9 +109,18 @@ static int linear_gpu(tide_cuda_ops_ctx *cx, const tide_weight *w, const float *
     if (!dx || !dq || !dxs || !dy || !hy) return -1;
     if (cxo_up(cx, dx, x, xb, st) != 0) return -1;
     if (cxo_launched(cx, tide_cuda_quant_fp8_act(dx, rows, in, dq, dxs, NULL, st)) != 0) return -1;
-    int rc = fp8 ? tide_cuda_gemm_fp8(dq, dxs, rows, dw, ds, out, in, dy, NULL, st)
-                 : tide_cuda_gemm_fp4(dq, dxs, rows, dw, ds, out, in, dy, NULL, st);
-    if (cxo_launched(cx, rc) != 0) return -1;
+    if (cx->kernels == TIDE_CUDA_KERNELS_FAST) {
+        int rc = fp8 ? tide_cuda_gemm_fp8(dq, dxs, rows, dw, ds, out, in, dy, NULL, st)
+                     : tide_cuda_gemm_fp4(dq, dxs, rows, dw, ds, out, in, dy, NULL, st);
+        if (cxo_launched(cx, rc) != 0) return -1;
+    } else {
+        for (int64_t r0 = 0; r0 < rows; r0 += 65535) { /* the kernel's grid.y limit */
+            int64_t n = rows - r0 < 65535 ? rows - r0 : 65535;
+            int rc = tide_cuda_gemm_exact(dq + r0 * in, dxs + r0 * nbk, n, dw, ds, out, in, !fp8, dy + r0 * out, NULL,
+                                          st);
+            if (cxo_launched(cx, rc) != 0) return -1;
+        }
+    }
     if (cxo_down(cx, hy, dy, yb, st) != 0) return -1;
     tide_bf16_to_f32_row(hy, y, (size_t)(rows * out)); /* bf16 -> f32 is exact */
     return 0;
@@ -642,6 +653,13 @@ int tide_cuda_ops_create(tide_cuda_ops_ctx **out, tide_status *st) {
 }
 
 const tide_ops *tide_cuda_ops_table(tide_cuda_ops_ctx *cx) { return cx ? &cx->table : NULL; }
+
+void tide_cuda_ops_set_kernels(tide_cuda_ops_ctx *cx, int mode) {
+    if (!cx) return;
+    pthread_mutex_lock(&cx->mu);
+    cx->kernels = mode == TIDE_CUDA_KERNELS_FAST ? TIDE_CUDA_KERNELS_FAST : TIDE_CUDA_KERNELS_EXACT;
+    pthread_mutex_unlock(&cx->mu);
+}
 
 void tide_cuda_ops_destroy(tide_cuda_ops_ctx *cx) {
     if (!cx) return;

@@ -78,6 +78,13 @@ typedef struct tide_cuda_ops_stats {
 /* Creates a context (fails with TIDE_ERR_UNSUPPORTED when there is no CUDA
  * device). Other contexts may exist; they do not interfere. */
 int tide_cuda_ops_create(tide_cuda_ops_ctx **out, tide_status *st);
+/* Kernel mode. EXACT (the default): every op bit-identical to the CPU's
+ * (the block-scaled GEMMs on CUDA cores with exactly rounded block sums,
+ * tide_cuda_gemm_exact). FAST: the GEMMs on the tensor cores, which differ
+ * from the CPU by one bf16 step on a few outputs in a million. Set it before
+ * the first op. */
+enum { TIDE_CUDA_KERNELS_EXACT = 0, TIDE_CUDA_KERNELS_FAST = 1 };
+void tide_cuda_ops_set_kernels(tide_cuda_ops_ctx *cx, int mode);
 /* The context's own ops table (self->ctx == cx); it lives inside the
  * context, so it is valid until destroy and must not be used after. NULL
  * for a NULL context. */

@@ -52,6 +52,7 @@ struct tide_cuda_ops_ctx {
     cxo_wslot *wmap; /* open addressing, wcap a power of two (or 0) */
     size_t wcap, wcount;
     cxo_hbuf hb[HB_COUNT];
+    int kernels;       /* TIDE_CUDA_KERNELS_EXACT (default) or _FAST */
     int failed;        /* sticky: the first CUDA error */
     tide_status err;
     tide_cuda_ops_stats stats;

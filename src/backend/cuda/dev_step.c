@@ -137,6 +137,12 @@ struct tide_dstep {
     int64_t n_lat[TIDE_MAX_LAYERS];    /* by KV source layer: latents per pool */
     float *keys;                       /* index keys, f32 rows of ID */
     int64_t key_row0[TIDE_MAX_LAYERS]; /* by KV source layer owning keys */
+    /* Decode with fewer pools than sequences: sequences share a pool, and a
+     * compressor write into the shared pool would race with the other
+     * sequences' reads of it in the same step (graph replay and the eager
+     * step then differ). Their writes go to private sink rows that nobody
+     * reads instead (first sink latent / key row; -1 when pools are not shared). */
+    int64_t sink_lat0, sink_key0;
     /* per-row tables (device, int32) */
     int32_t *win_base[TIDE_MAX_LAYERS], *win_dst[TIDE_MAX_LAYERS], *win_len;
     int32_t *lat_base[TIDE_MAX_LAYERS]; /* by KV source layer */
@@ -243,6 +249,14 @@ static int64_t window_rows(const tide_dstep *s) {
 
 static void plan_pools(tide_dstep *s, ds_plan *p) {
     int64_t wr = window_rows(s), lr = pool_rows(s) * s->n_pools, kr = pool_key_rows(s) * s->n_pools;
+    int64_t Rc = s->rows < 64 ? 64 : s->rows;
+    int shared = !s->o.prefill && s->n_pools < s->rows;
+    s->sink_lat0 = shared ? wr + lr : -1;
+    s->sink_key0 = shared ? kr : -1;
+    if (shared) {
+        lr += Rc; /* one sink row per compressor group of the step */
+        kr += Rc;
+    }
     s->kv_rows = wr + lr;
     s->kv_arena = take_fill(p, (size_t)(s->kv_rows * s->hd), 4, TIDE_CUDA_FILL_F32, 1.0f, 0, 0);
     s->keys = take_fill(p, (size_t)((kr > 0 ? kr : 1) * s->ID), 4, TIDE_CUDA_FILL_F32, 1.0f, 0, 0);
@@ -366,13 +380,14 @@ static int upload_tables(tide_dstep *s, tide_status *st) {
         for (int64_t g = 0; g < Rc; g++) {
             int64_t pool = s->o.prefill ? 0 : g % s->n_pools;
             int64_t slot = s->o.prefill ? (g < s->n_lat[i] ? g : s->n_lat[i] - 1) : s->n_lat[i] - 1;
-            t[g] = (int32_t)(s->lat_row0[i] + pool * prows + slot);
+            t[g] = (int32_t)(s->sink_lat0 >= 0 ? s->sink_lat0 + g : s->lat_row0[i] + pool * prows + slot);
         }
         rc |= tide_cuda_upload(s->lat_dst[i], t, (size_t)Rc * 4, st);
         for (int64_t g = 0; g < Rc; g++) {
             int64_t pool = s->o.prefill ? 0 : g % s->n_pools;
             int64_t slot = s->o.prefill ? (g < s->n_lat[i] ? g : s->n_lat[i] - 1) : s->n_lat[i] - 1;
-            t[g] = ro->indexer_owns_keys ? (int32_t)(s->key_row0[i] + pool * pkeys + slot) : -1;
+            int64_t kd = s->sink_key0 >= 0 ? s->sink_key0 + g : s->key_row0[i] + pool * pkeys + slot;
+            t[g] = ro->indexer_owns_keys ? (int32_t)kd : -1;
         }
         rc |= tide_cuda_upload(s->key_dst[i], t, (size_t)Rc * 4, st);
     }

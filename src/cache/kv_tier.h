@@ -1,0 +1,39 @@
+/* The interface through which the scheduler hands pages of global KV to
+ * the tiers behind the prefix cache (host memory, local SSD, a shared
+ * store: kvstore_tiers.h) and asks for them back. The scheduler knows
+ * nothing of the tiers; the tiers nothing of the scheduler.
+ *
+ * A page is identified by what the prefix cache keys it by: the tenant's
+ * salt and the tokens of the whole prefix up to the page's end (the tier
+ * derives its own key from them and the model's fingerprint). Its data is
+ * the page's global KV as the pool holds it: for each KV source in order,
+ * its blocks of the page in order, each block_len x (latent_dim + key_dim)
+ * floats. A page boundary is a multiple of every compress ratio, so no
+ * compressor partial group ever straddles one, and the window rings are
+ * never stored (a restore rebuilds them by bounded replay). */
+#ifndef TIDE_CACHE_KV_TIER_H
+#define TIDE_CACHE_KV_TIER_H
+
+#include <stdint.h>
+
+typedef struct tide_kv_page {
+    uint64_t salt;
+    const int32_t *tokens; /* the prefix [0, n_tokens); the page is its last page_tokens */
+    int64_t n_tokens;
+    int64_t page_tokens;
+    uint64_t chain;        /* the prefix cache's chain hash of the page (prefix.h) */
+    float *data;           /* [n_floats]: put reads it, get fills it */
+    int64_t n_floats;
+} tide_kv_page;
+
+typedef struct tide_kv_tier {
+    void *ctx;
+    /* A page just registered in the prefix cache: keep it. Must copy what
+     * it needs and return at once (the write happens behind the request). */
+    void (*put)(void *ctx, const tide_kv_page *pg);
+    /* A page the prefix cache does not have: fill pg->data and return 1 if
+     * a tier holds it, 0 if not. Called in page order at admission. */
+    int (*get)(void *ctx, tide_kv_page *pg);
+} tide_kv_tier;
+
+#endif
