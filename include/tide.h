@@ -158,6 +158,12 @@ typedef struct tide_engine_config {
      * request); a submitted request's pages the cache lacks are fetched
      * from it. Borrowed: it must outlive the engine. */
     const struct tide_kv_tier *kv_tier;
+    /* The ops table the forward pass runs on (src/backend/ops.h): NULL
+     * (default) = the CPU ops; the CUDA table of a tide_cuda_ops_ctx runs
+     * every op on the GPU (today staging each op's activations through the
+     * host; src/cli/backend.h opens one from a --backend name). Borrowed: it
+     * must outlive the engine. */
+    const struct tide_ops *ops;
 } tide_engine_config;
 
 tide_engine_config tide_engine_config_default(void);

@@ -345,6 +345,175 @@ static void test_byte_fallback_unk_ignore_merges(void **state) {
     tide_tokenizer_free(tok);
 }
 
+/* A word whose characters are all missing from the vocabulary (no byte
+ * fallback, no unk) maps to no token. Through the cache, the first encode
+ * stores an empty entry and the second reads it back, both into an empty id
+ * list whose array is still NULL: no memcpy on NULL (UBSan), no ids, and the
+ * words around it still encode. */
+static void test_word_without_tokens(void **state) {
+    (void)state;
+    json_t *j = json_pack("{s:{s:s, s:{s:i, s:i}, s:[]}, s:n, s:{s:s}, s:{s:s}}", "model", "type", "BPE", "vocab", "a",
+                          0, " ", 1, "merges", "normalizer", "pre_tokenizer", "type", "WhitespaceSplit", "decoder",
+                          "type", "ByteFallback");
+    tide_tokenizer *tok = load_json(j);
+    tide_tok_cache *cache = tide_tok_cache_new();
+    assert_non_null(cache);
+    tide_status st = {0};
+    for (int round = 0; round < 2; round++) {
+        tide_tok_ids ids = {0};
+        assert_int_equal(tide_tokenizer_encode(tok, "zz", 2, 0, cache, &ids, &st), 0);
+        assert_int_equal(ids.n, 0);
+        assert_int_equal(tide_tokenizer_encode(tok, "zz a zz", 7, 0, cache, &ids, &st), 0);
+        assert_int_equal(ids.n, 1);
+        assert_int_equal(ids.ids[0], 0);
+        tide_tok_ids_free(&ids);
+    }
+    tide_tok_cache_free(cache);
+    tide_tokenizer_free(tok);
+}
+
+static void encode_fails(const tide_tokenizer *tok, const char *text, size_t len, const char *const *needles) {
+    tide_tok_ids ids = {0};
+    tide_status st = {0};
+    assert_int_equal(tide_tokenizer_encode(tok, text, len, 0, NULL, &ids, &st), -1);
+    for (size_t i = 0; needles[i]; i++) {
+        if (!strstr(st.msg, needles[i])) fprintf(stderr, "message '%s' lacks '%s'\n", st.msg, needles[i]);
+        assert_non_null(strstr(st.msg, needles[i]));
+    }
+    tide_tok_ids_free(&ids);
+}
+
+/* Work bounded by an error, not by time: a normalizer whose replacements
+ * multiply the text (here 8^8 times) stops at the growth limit, a regex
+ * with catastrophic backtracking at Oniguruma's retry limit; both messages
+ * say which step and where. Ordinary growth still encodes. */
+static void test_encode_limits(void **state) {
+    (void)state;
+    json_t *j = base_json(NULL, 0, false), *steps = json_array();
+    for (int i = 0; i < 8; i++)
+        json_array_append_new(steps, json_pack("{s:s, s:{s:s}, s:s}", "type", "Replace", "pattern", "String", "a",
+                                               "content", "aaaaaaaa"));
+    json_object_set_new(j, "normalizer", json_pack("{s:s, s:o}", "type", "Sequence", "normalizers", steps));
+    json_array_append_new(json_object_get(j, "added_tokens"), added(300, "<t>", true, false, false, false, false));
+    tide_tokenizer *tok = load_json(j);
+    encode_fails(tok, "<t>xaaaa", 8,
+                 (const char *const[]){"normalizer step ", "(Replace)", "grows past the limit", "input byte 3", NULL});
+    tide_tok_ids ids = {0};
+    tide_status st = {0};
+    assert_int_equal(tide_tokenizer_encode(tok, "x", 1, 0, NULL, &ids, &st), 0); /* no 'a': nothing grows */
+    assert_int_equal(ids.n, 1);
+    tide_tok_ids_free(&ids);
+    tide_tokenizer_free(tok);
+
+    /* An empty regex match inserts a long replacement at every character. */
+    char *big = malloc(200001);
+    assert_non_null(big);
+    memset(big, 'z', 200000);
+    big[200000] = 0;
+    j = base_json(NULL, 0, false);
+    json_object_set_new(j, "normalizer",
+                        json_pack("{s:s, s:{s:s}, s:s}", "type", "Replace", "pattern", "Regex", "", "content", big));
+    free(big);
+    tok = load_json(j);
+    encode_fails(tok, "hello", 5, (const char *const[]){"normalizer step 0 (Replace)", "grows past", NULL});
+    tide_tokenizer_free(tok);
+
+    j = base_json(NULL, 0, false);
+    json_object_set_new(j, "pre_tokenizer",
+                        json_pack("{s:s, s:{s:s}, s:s}", "type", "Split", "pattern", "Regex", "(a+)+b|c", "behavior",
+                                  "Isolated"));
+    tok = load_json(j);
+    char text[64] = "cc";
+    memset(text + 2, 'a', 40);
+    encode_fails(tok, text, 42,
+                 (const char *const[]){"pre_tokenizer step 0 (Split /(a+)+b|c/)", "input byte 2", "retry", NULL});
+    expect_ids(tok, "aab", 0, IDS('a', 'a', 'b'));
+    tide_tokenizer_free(tok);
+}
+
+/* The reference: merge the adjacent pair of lowest rank, leftmost first,
+ * until none has a merge (what the short-word loop and HF's heap compute). */
+static size_t naive_bpe(const tide_tokenizer *tok, int32_t *s, size_t n) {
+    for (;;) {
+        size_t best = n;
+        uint32_t best_rank = UINT32_MAX, rank;
+        int32_t best_id = -1, merged;
+        for (size_t i = 0; i + 1 < n; i++)
+            if (tok_merges_get(tok, s[i], s[i + 1], &rank, &merged) && rank < best_rank) {
+                best = i;
+                best_rank = rank;
+                best_id = merged;
+            }
+        if (best == n) return n;
+        s[best] = best_id;
+        memmove(s + best + 1, s + best + 2, (n - best - 2) * sizeof *s);
+        n--;
+    }
+}
+
+/* Random merge lists over "abcd", in training order or shuffled (then a
+ * merge can use a token that a later merge makes, which sends the long-word
+ * loop down its put-back path), and random words, long ones too: both merge
+ * loops must give the reference's ids. */
+static void test_bpe_loops_agree(void **state) {
+    (void)state;
+    tu_rng rng = {tu_seed()};
+    for (int round = 0; round < 40; round++) {
+        char toks[64][8] = {"a", "b", "c", "d"};
+        size_t nt = 4;
+        json_t *vocab = json_object(), *merges = json_array();
+        for (size_t i = 0; i < 4; i++) json_object_set_new(vocab, toks[i], json_integer((json_int_t)i));
+        for (int m = 0; m < 40 && nt < 64; m++) {
+            const char *x = toks[tu_next(&rng) % nt], *y = toks[tu_next(&rng) % nt];
+            if (strlen(x) + strlen(y) > 6) continue;
+            char pair[16], cat[8];
+            snprintf(pair, sizeof pair, "%s %s", x, y);
+            snprintf(cat, sizeof cat, "%s%s", x, y);
+            bool dup = false;
+            for (size_t i = 0; i < json_array_size(merges); i++)
+                dup = dup || !strcmp(json_string_value(json_array_get(merges, i)), pair);
+            if (dup) continue;
+            if (!json_object_get(vocab, cat)) {
+                json_object_set_new(vocab, cat, json_integer((json_int_t)nt));
+                memcpy(toks[nt++], cat, sizeof cat);
+            }
+            json_array_append_new(merges, json_string(pair));
+        }
+        if (round % 2) /* shuffle */
+            for (size_t i = json_array_size(merges); i > 1; i--) {
+                size_t j = tu_next(&rng) % i;
+                json_t *a = json_incref(json_array_get(merges, i - 1)), *b = json_incref(json_array_get(merges, j));
+                json_array_set_new(merges, i - 1, b);
+                json_array_set_new(merges, j, a);
+            }
+        json_t *j = json_pack("{s:{s:s, s:o, s:o}, s:n, s:n, s:{s:s}}", "model", "type", "BPE", "vocab", vocab,
+                              "merges", merges, "normalizer", "pre_tokenizer", "decoder", "type", "ByteFallback");
+        tide_tokenizer *tok = load_json(j);
+        for (int w = 0; w < 20; w++) {
+            size_t n = w < 15 ? 2 + tu_next(&rng) % 47 : 49 + tu_next(&rng) % 400;
+            char text[512];
+            int32_t ref[512];
+            for (size_t i = 0; i < n; i++) {
+                text[i] = (char)('a' + (w % 3 == 0 ? tu_next(&rng) % 2 : tu_next(&rng) % 4)); /* some near-runs */
+                ref[i] = (int32_t)(text[i] - 'a');
+            }
+            size_t rn = naive_bpe(tok, ref, n);
+            tide_status st = {0};
+            for (int force = 0; force < 2; force++) {
+                tide_tok_ids ids = {0};
+                assert_int_equal(tok_encode_debug(tok, text, n, force, false, &ids, &st), 0);
+                if (ids.n != rn || memcmp(ids.ids, ref, rn * sizeof *ref) != 0) {
+                    fprintf(stderr, "round %d word \"%.*s\" (force %d): %zu ids, reference %zu\n", round, (int)n,
+                            text, force, ids.n, rn);
+                    fail();
+                }
+                tide_tok_ids_free(&ids);
+            }
+        }
+        tide_tokenizer_free(tok);
+    }
+}
+
 static void test_streaming_detok(void **state) {
     (void)state;
     json_t *j = base_json(NULL, 0, false);
@@ -489,7 +658,7 @@ static void test_load_errors(void **state) {
     assert_int_equal(tide_tokenizer_load_json("{", 1, "bad.json", &tok, &st), -1);
     assert_non_null(strstr(st.msg, "bad JSON"));
     assert_int_equal(tide_tokenizer_load("/nonexistent/tokenizer.json", &tok, &st), -1);
-    assert_int_equal(st.code, TIDE_ERR_IO);
+    assert_int_equal(st.code, TIDE_ERR_MISSING);
 
     json_t *j = base_json(NULL, 0, false);
     json_object_set_new(j, "normalizer", json_pack("{s:s}", "type", "Precompiled"));
@@ -536,6 +705,9 @@ int main(void) {
         cmocka_unit_test(test_added_tokens),
         cmocka_unit_test(test_normalizers),
         cmocka_unit_test(test_byte_fallback_unk_ignore_merges),
+        cmocka_unit_test(test_word_without_tokens),
+        cmocka_unit_test(test_encode_limits),
+        cmocka_unit_test(test_bpe_loops_agree),
         cmocka_unit_test(test_streaming_detok),
         cmocka_unit_test(test_streaming_random),
         cmocka_unit_test(test_utf8_lossy),

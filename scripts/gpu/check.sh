@@ -16,7 +16,7 @@
 # --backend cuda on flash-ep8, see section 6.
 # TIDE_TEST_SEED fixes the tests' random inputs (default: a fresh seed,
 # printed in the summary). TIDE_GPU_STEPS picks the steps (default
-# "tests sass sanitizer bench"; the build always runs, and is incremental when
+# "tests engine sass sanitizer bench"; the build always runs, and is incremental when
 # the machine still has the build directory of an earlier call).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,7 +26,7 @@ B=${TIDE_GPU_BUILD:-/tmp/tide-gpu-build}
 export TIDE_TEST_SEED=${TIDE_TEST_SEED:-$(( ($(date +%s) << 16) ^ $$ ))}
 steps=()
 overall=0
-want=" ${TIDE_GPU_STEPS:-tests sass sanitizer bench} "
+want=" ${TIDE_GPU_STEPS:-tests engine sass sanitizer bench} "
 on() { case "$want" in *" $1 "*) return 0 ;; esac; return 1; }
 t_start=$(date +%s)
 
@@ -170,6 +170,16 @@ if on step-bench && [ -x "$B/tide" ]; then
     timed "$OUT/step-bench.log" timeout "$lim" "$B/tide" bench "${args[@]}"
     step "tide bench $r" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$secs" "$([ $rc -eq 0 ] || echo "exit $rc")"
   done
+fi
+
+# 6b. The engine on the GPU (step "engine", in the default list): tide run
+#     --backend cuda against the CPU engine on one 32-request workload with
+#     chunked prefills, prefix-cache hits with bounded replay and
+#     preemptions, tiny and small (tests/gpu/engine_equiv.sh).
+if on engine && [ -x "$B/tide" ]; then
+  timed "$OUT/engine.log" timeout 400 bash tests/gpu/engine_equiv.sh "$B/tide" /tmp/tide-engine-equiv
+  grep -h '^RESULT|' "$OUT/engine.log" >>"$OUT/tests.log"
+  step "engine (cpu vs cuda)" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$secs" "$([ $rc -eq 0 ] || echo "exit $rc, see engine.log")"
 fi
 
 # 7. Summary, last.

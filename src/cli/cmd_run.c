@@ -28,6 +28,7 @@
 #include "cli/out_file.h"
 #include "cli/run_text.h"
 #include "cli/stop_signal.h"
+#include "cli/backend.h"
 #include "cli/kv_cli.h"
 #include "engine/request_jsonl.h"
 #include "tide.h"
@@ -39,7 +40,7 @@ static void usage(FILE *f) {
             "usage: tide run --model DIR --prompt-ids ID,ID,... [options]\n"
             "       tide run --model DIR --input FILE.jsonl --output FILE.jsonl [options]\n"
             "\n"
-            "Offline generation on the CPU backend. With --prompt-ids: one greedy request,\n"
+            "Offline generation (on the CPU unless --backend cuda). With --prompt-ids: one greedy request,\n"
             "the generated token ids on stdout (comma-separated) and the speed on stderr.\n"
             "With --input: one request per JSON line ({\"id\", \"prompt_ids\", \"max_tokens\",\n"
             "\"temperature\", \"top_p\", \"top_k\", \"min_p\", \"seed\", \"stop_token_ids\",\n"
@@ -79,6 +80,7 @@ static void usage(FILE *f) {
             "                       shortest exact tail (default 0: off; docs/engine.md)\n"
             "  --prefix-cache-inexact  also cache the pages computed after a bounded-replay\n"
             "                       hit (default: they stay private: docs/engine.md)\n"
+            "%s"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
             "pages only with requests of the same salt (docs/engine.md).\n"
             "\n"
@@ -97,7 +99,8 @@ static void usage(FILE *f) {
             "  Text JSONL lines: a Chat Completions body (\"messages\") or a Completions body\n"
             "  (\"prompt\": text or ids), plus \"id\"; results {\"id\", \"text\", \"reasoning\",\n"
             "  \"tool_calls\", \"output_ids\", \"finish_reason\", \"prompt_tokens\",\n"
-            "  \"completion_tokens\", \"cached_tokens\"}.\n");
+            "  \"completion_tokens\", \"cached_tokens\"}.\n",
+            tide_cli_backend_help());
     kv_run_help(f);
 }
 
@@ -143,6 +146,8 @@ typedef struct run_opts {
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
     tide_run_text_opts text; /* --prompt / --chat / text --input (run_text.c) */
     kv_run_opts kv; /* the persistent KV store's flags (kv_run.c) */
+    const char *backend, *kernels;
+    tide_cli_backend be; /* parsed from them */
 } run_opts;
 
 /* A flag's value: a token count 0..max, or `word` (-1). */
@@ -214,6 +219,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             o->model_dir = argv[++i];
         } else if (!strcmp(a, "--prompt-ids") && v) {
             o->ids_s = argv[++i];
+        } else if (!strcmp(a, "--backend") && v) {
+            o->backend = argv[++i];
+        } else if (!strcmp(a, "--kernels") && v) {
+            o->kernels = argv[++i];
         } else if (!strcmp(a, "--input") && v) {
             o->input = argv[++i];
         } else if (!strcmp(a, "--output") && v) {
@@ -257,6 +266,11 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     if (!o->model_dir || modes != 1) {
         fprintf(stderr, "tide run: --model and one of --prompt-ids / --prompt / --chat / --input are required\n\n");
         usage(stderr);
+        return TIDE_EXIT_USAGE;
+    }
+    tide_status bst = {0};
+    if (tide_cli_backend_parse(&o->be, o->backend, o->kernels, &bst) != 0) {
+        fprintf(stderr, "tide run: %s\n", bst.msg);
         return TIDE_EXIT_USAGE;
     }
     return -1;
@@ -323,6 +337,8 @@ static int run_ids(const run_opts *o) {
     int rc = TIDE_EXIT_FAIL;
     double t0 = tide_now_seconds();
     kv_run *kv = NULL;
+    tide_cli_backend be = o->be;
+    if (tide_cli_backend_open(&be, &c, &st) != 0) goto done;
     if (kv_run_open(&o->kv, &c, &kv, &st) != 0) goto done;
     if (tide_engine_create(&c, &e, &st) != 0) goto done;
     double t1 = tide_now_seconds();
@@ -337,7 +353,7 @@ static int run_ids(const run_opts *o) {
         r.stop_at_eos = !o->ignore_eos;
         if (tide_engine_submit(e, &r, &id, &st) != 0) goto done;
         while (tide_engine_busy(e) && !w.failed)
-            if (tide_engine_step(e, &st) != 0) goto done;
+            if (tide_engine_step(e, &st) != 0 || tide_cli_backend_check(&be, &st) != 0) goto done;
         if (!w.failed && tide_engine_get(e, id, &info, &st) != 0) goto done;
     }
     if (w.failed) {
@@ -363,6 +379,7 @@ done:
     tide_out_abort(&w.out);
     tide_engine_destroy(e);
     kv_run_close(kv);
+    tide_cli_backend_close(&be);
     free(prompt);
     return rc;
 }
@@ -504,10 +521,12 @@ static int run_jsonl(const run_opts *o) {
     tide_engine *e = NULL;
     int ok = 0, sig = 0;
     kv_run *kv = NULL;
+    tide_cli_backend be = o->be;
     tide_engine_config c = engine_config(o);
     c.on_event = on_event;
     c.event_ctx = &b;
-    if (kv_run_open(&o->kv, &c, &kv, &st) != 0 || tide_engine_create(&c, &e, &st) != 0) {
+    if (tide_cli_backend_open(&be, &c, &st) != 0 || kv_run_open(&o->kv, &c, &kv, &st) != 0 ||
+        tide_engine_create(&c, &e, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
         goto done;
     }
@@ -522,6 +541,7 @@ static int run_jsonl(const run_opts *o) {
         goto done;
     }
     sig = step_all(e, &b, &st);
+    if (sig >= 0 && tide_cli_backend_check(&be, &st) != 0) sig = -1;
     if (sig < 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
         goto done;
@@ -533,6 +553,7 @@ done:;
     tide_engine_destroy(e);
     tide_batch_close(in, &old_mask);
     kv_run_close(kv);
+    tide_cli_backend_close(&be);
     for (int64_t i = 0; i < b.n_ids; i++) json_decref(b.ids[i]);
     free(b.ids);
     free(b.done);
@@ -550,13 +571,20 @@ int tide_cmd_run(int argc, char **argv) {
         o.text.max_tokens = o.max_tokens;
         o.text.ignore_eos = o.ignore_eos;
         kv_run *kv = NULL;
+        tide_cli_backend be = o.be;
         tide_status st = {0};
-        if (kv_run_open(&o.kv, &c, &kv, &st) != 0) {
+        if (tide_cli_backend_open(&be, &c, &st) != 0 || kv_run_open(&o.kv, &c, &kv, &st) != 0) {
             fprintf(stderr, "tide run: %s\n", st.msg);
+            tide_cli_backend_close(&be);
             return TIDE_EXIT_FAIL;
         }
         rc = tide_run_text(&o.text, &c);
         kv_run_close(kv); /* after the engine (tide_run_text destroyed it) */
+        if (rc == TIDE_EXIT_OK && tide_cli_backend_check(&be, &st) != 0) {
+            fprintf(stderr, "tide run: %s\n", st.msg);
+            rc = TIDE_EXIT_FAIL;
+        }
+        tide_cli_backend_close(&be);
         return rc;
     }
     return o.ids_s ? run_ids(&o) : run_jsonl(&o);

@@ -2,7 +2,7 @@
  *
  *   tide tokenize --tokenizer FILE [--jsonl] [--split-special]  < text > ids
  *   tide detokenize --tokenizer FILE [--jsonl] [--skip-special] < ids > text
- *   tide tokenize --tokenizer FILE --bench TEXTFILE
+ *   tide tokenize --tokenizer FILE --bench [TEXTFILE]   (bench_tokenize.c)
  *
  * One input line gives one output line. With --jsonl each text line is a JSON
  * string, so texts can hold newlines; detokenize then writes JSON strings
@@ -12,9 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "base/log.h"
+#include "cli/bench_tokenize.h"
 #include "cli/cli.h"
 #include "text/tokenizer.h"
 
@@ -23,21 +22,24 @@
 #endif
 
 typedef struct {
-    const char *tokenizer, *bench;
-    bool jsonl, split_special, skip_special, stream;
+    const char *tokenizer, *bench_file; /* bench_file: NULL for the built-in corpus */
+    bool bench, jsonl, split_special, skip_special, stream;
 } opts;
 
 static void usage(FILE *f, bool detok) {
     if (!detok)
         fprintf(f,
                 "usage: tide tokenize [--tokenizer FILE] [--jsonl] [--split-special] < text\n"
-                "       tide tokenize [--tokenizer FILE] --bench TEXTFILE\n\n"
+                "       tide tokenize [--tokenizer FILE] --bench [TEXTFILE]\n\n"
                 "Reads text on stdin and prints, for each input line, one line of space-separated\n"
                 "token ids (the line's newline is not encoded; no BOS/EOS is added).\n\n"
                 "  --tokenizer FILE   a Hugging Face tokenizer.json (default: %s)\n"
                 "  --jsonl            each input line is a JSON string (texts with newlines)\n"
                 "  --split-special    encode special tokens' text as plain text\n"
-                "  --bench TEXTFILE   encode TEXTFILE line by line (newlines included), print MB/s\n",
+                "  --bench [TEXTFILE] encode TEXTFILE line by line (newlines included), print MB/s;\n"
+                "                     without TEXTFILE, a built-in corpus: English-like text and\n"
+                "                     worst cases (long runs, one long line), and the time to the\n"
+                "                     error of inputs that must fail fast\n",
                 *TIDE_DEFAULT_TOKENIZER ? TIDE_DEFAULT_TOKENIZER : "none compiled in");
     else
         fprintf(f,
@@ -59,7 +61,10 @@ static int parse(int argc, char **argv, bool detok, opts *o) {
         if (!strcmp(a, "--tokenizer") && i + 1 < argc) o->tokenizer = argv[++i];
         else if (!strcmp(a, "--jsonl")) o->jsonl = true;
         else if (!detok && !strcmp(a, "--split-special")) o->split_special = true;
-        else if (!detok && !strcmp(a, "--bench") && i + 1 < argc) o->bench = argv[++i];
+        else if (!detok && !strcmp(a, "--bench")) {
+            o->bench = true;
+            if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) o->bench_file = argv[++i];
+        }
         else if (detok && !strcmp(a, "--skip-special")) o->skip_special = true;
         else if (detok && !strcmp(a, "--stream")) o->stream = true;
         else {
@@ -93,52 +98,22 @@ static ssize_t read_line(FILE *f, char **buf, size_t *cap) {
     return n;
 }
 
-static int bench(const tide_tokenizer *tok, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fprintf(stderr, "tide tokenize: %s: %s\n", path, strerror(errno)); return TIDE_EXIT_FAIL; }
-    /* Load first so that only encoding is timed. */
-    char *data = NULL;
-    size_t n = 0, cap = 0;
-    char chunk[1 << 16];
-    size_t r;
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (n + r > cap) {
-            cap = (n + r) * 2;
-            char *p = realloc(data, cap);
-            if (!p) { free(data); fclose(f); fprintf(stderr, "tide tokenize: out of memory\n"); return TIDE_EXIT_FAIL; }
-            data = p;
-        }
-        memcpy(data + n, chunk, r);
-        n += r;
+/* Every write goes through stdio; a failed one (a full disk, a closed pipe)
+ * sets the stream's error flag, so checking it after each line and closing
+ * stdout at the end catches them all. Returns 0, or -1 after saying why. */
+static int output_ok(const char *cmd) {
+    if (!ferror(stdout)) return 0;
+    fprintf(stderr, "tide %s: writing to standard output failed: %s\n", cmd, strerror(errno));
+    return -1;
+}
+
+static int close_output(const char *cmd) {
+    int bad = ferror(stdout);
+    if (fclose(stdout) != 0 || bad) {
+        fprintf(stderr, "tide %s: writing to standard output failed: %s\n", cmd, strerror(errno));
+        return -1;
     }
-    fclose(f);
-    tide_tok_cache *cache = tide_tok_cache_new();
-    tide_tok_ids ids = {0};
-    tide_status st = {0};
-    size_t tokens = 0;
-    int rc = 0;
-    double t0 = tide_now_seconds();
-    clock_t c0 = clock();
-    for (size_t i = 0; i < n && rc == 0;) {
-        const char *nl = memchr(data + i, '\n', n - i);
-        size_t end = nl ? (size_t)(nl - data) + 1 : n;
-        ids.n = 0;
-        rc = tide_tokenizer_encode(tok, data + i, end - i, 0, cache, &ids, &st);
-        tokens += ids.n;
-        i = end;
-    }
-    double dt = tide_now_seconds() - t0;
-    /* CPU time too: on a shared machine the wall clock includes waiting. */
-    double cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
-    if (rc != 0) fprintf(stderr, "tide tokenize: %s\n", st.msg);
-    else
-        printf("%zu bytes, %zu tokens; wall %.3f s: %.1f MB/s; cpu %.3f s: %.1f MB/s, %.0f tokens/s\n", n, tokens,
-               dt, dt > 0 ? (double)n / dt / 1e6 : 0.0, cpu, cpu > 0 ? (double)n / cpu / 1e6 : 0.0,
-               cpu > 0 ? (double)tokens / cpu : 0.0);
-    tide_tok_ids_free(&ids);
-    tide_tok_cache_free(cache);
-    free(data);
-    return rc ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
+    return 0;
 }
 
 static int json_line(const char *line, size_t n, size_t lineno, char **text, size_t *len) {
@@ -163,8 +138,9 @@ int tide_cmd_tokenize(int argc, char **argv) {
     tide_tokenizer *tok = load(o.tokenizer);
     if (!tok) return TIDE_EXIT_FAIL;
     if (o.bench) {
-        int rc = bench(tok, o.bench);
+        int rc = tide_tokenize_bench(tok, o.bench_file);
         tide_tokenizer_free(tok);
+        if (rc == TIDE_EXIT_OK && close_output("tokenize") != 0) rc = TIDE_EXIT_FAIL;
         return rc;
     }
     tide_tok_cache *cache = tide_tok_cache_new();
@@ -189,16 +165,23 @@ int tide_cmd_tokenize(int argc, char **argv) {
         }
         for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
         putchar('\n');
+        if (output_ok("tokenize") != 0) { rc = TIDE_EXIT_FAIL; break; }
     }
     free(line);
     tide_tok_ids_free(&ids);
     tide_tok_cache_free(cache);
     tide_tokenizer_free(tok);
-    if (fflush(stdout) != 0) rc = TIDE_EXIT_FAIL;
+    if (rc == TIDE_EXIT_OK && close_output("tokenize") != 0) rc = TIDE_EXIT_FAIL;
     return rc;
 }
 
-static int parse_ids(const char *line, size_t lineno, tide_tok_ids *ids) {
+static int parse_ids(const char *line, size_t len, size_t lineno, tide_tok_ids *ids) {
+    const char *nul = memchr(line, 0, len);
+    if (nul) {
+        /* The parser below would stop there and drop the rest of the line. */
+        fprintf(stderr, "tide detokenize: line %zu: NUL byte at offset %zu\n", lineno, (size_t)(nul - line));
+        return -1;
+    }
     const char *p = line;
     tide_status st = {0};
     for (;;) {
@@ -248,6 +231,7 @@ static int decode_line(const tide_tokenizer *tok, const opts *o, const tide_tok_
     }
     rc = write_text(text, len, o->jsonl);
     free(text);
+    if (rc != 0 && output_ok("detokenize") == 0) fprintf(stderr, "tide detokenize: line %zu: out of memory\n", lineno);
     return rc;
 }
 
@@ -261,15 +245,20 @@ int tide_cmd_detokenize(int argc, char **argv) {
     char *line = NULL;
     size_t cap = 0, lineno = 0;
     int rc = TIDE_EXIT_OK;
-    while (read_line(stdin, &line, &cap) >= 0) {
+    ssize_t n;
+    while ((n = read_line(stdin, &line, &cap)) >= 0) {
         lineno++;
         ids.n = 0;
-        if (parse_ids(line, lineno, &ids) != 0 || decode_line(tok, &o, &ids, lineno) != 0) { rc = TIDE_EXIT_FAIL; break; }
+        if (parse_ids(line, (size_t)n, lineno, &ids) != 0 || decode_line(tok, &o, &ids, lineno) != 0) {
+            rc = TIDE_EXIT_FAIL;
+            break;
+        }
         putchar('\n');
+        if (output_ok("detokenize") != 0) { rc = TIDE_EXIT_FAIL; break; }
     }
     free(line);
     tide_tok_ids_free(&ids);
     tide_tokenizer_free(tok);
-    if (fflush(stdout) != 0) rc = TIDE_EXIT_FAIL;
+    if (rc == TIDE_EXIT_OK && close_output("detokenize") != 0) rc = TIDE_EXIT_FAIL;
     return rc;
 }

@@ -28,22 +28,26 @@ static int encode_plain(const tide_tokenizer *tok, encode_scratch *sc, const cha
     return 0;
 }
 
-static int encode_segment(const tide_tokenizer *tok, encode_scratch *sc, const char *s, size_t n, unsigned flags,
-                          tide_tok_cache *cache, tide_tok_ids *out, tide_status *st) {
+/* s[0..n) is the segment at byte `at` of the caller's text (for messages). */
+static int encode_segment(const tide_tokenizer *tok, encode_scratch *sc, const char *s, size_t n, size_t at,
+                          unsigned flags, tide_tok_cache *cache, tide_tok_ids *out, tide_status *st) {
     const char *t = s; /* the normalized text: s itself when there is no normalizer */
     size_t tn = n;
     if (tok->n_norm) {
-        if (tok_normalize(tok, s, n, &sc->normbuf, st) != 0) return -1;
+        if (tok_normalize(tok, s, n, &sc->normbuf, st) != 0) return tide_fail_ctx(st, "segment at input byte %zu", at);
         t = sc->normbuf.p;
         tn = sc->normbuf.n;
     }
     sc->norm.spans.n = 0;
+    sc->pre.err_off = at;
+    sc->pre.err_normalized = tok->n_norm > 0;
     if (tn == 0) return 0;
     if (!tok->trie_norm.n_nodes || tok->trie_norm.n_nodes == 1) return encode_plain(tok, sc, t, tn, cache, out, st);
     if (tok_split_added(tok, &tok->trie_norm, t, tn, flags, &sc->norm, st) != 0) return -1;
     for (size_t i = 0; i < sc->norm.spans.n; i++) {
         tok_span sp = sc->norm.spans.v[i];
         int32_t a = sc->norm.added[i];
+        if (!tok->n_norm) sc->pre.err_off = at + sp.off; /* normalized: the segment's offset is all we know */
         int rc = a >= 0 ? tide_tok_ids_push(out, tok->added[a].id, st) : encode_plain(tok, sc, t + sp.off, sp.len, cache, out, st);
         if (rc != 0) return -1;
     }
@@ -64,7 +68,7 @@ int tide_tokenizer_encode(const tide_tokenizer *tok, const char *text, size_t le
         tok_span sp = sc->raw.spans.v[i];
         int32_t a = sc->raw.added[i];
         rc = a >= 0 ? tide_tok_ids_push(out, tok->added[a].id, st)
-                    : encode_segment(tok, sc, text + sp.off, sp.len, flags, cache, out, st);
+                    : encode_segment(tok, sc, text + sp.off, sp.len, sp.off, flags, cache, out, st);
     }
     if (!cache) tok_encode_scratch_free(&local);
     return rc;
@@ -85,7 +89,7 @@ int tok_encode_debug(const tide_tokenizer *tok, const char *text, size_t len, bo
         tok_span sp = sc.raw.spans.v[i];
         int32_t a = sc.raw.added[i];
         rc = a >= 0 ? tide_tok_ids_push(out, tok->added[a].id, st)
-                    : encode_segment(tok, &sc, text + sp.off, sp.len, 0, NULL, out, st);
+                    : encode_segment(tok, &sc, text + sp.off, sp.len, sp.off, 0, NULL, out, st);
     }
     tok_encode_scratch_free(&sc);
     return rc;

@@ -122,6 +122,7 @@ typedef struct {
     tok_pre_type type;
     tok_fast_kind fast; /* SPLIT: matcher used instead of `re` (same results) */
     OnigRegex re;    /* SPLIT regex (or the GPT-2 regex for BYTELEVEL use_regex) */
+    char *re_src;    /* its pattern text, NUL-terminated (for error messages) */
     char *lit;       /* SPLIT literal string pattern */
     size_t lit_len;
     tok_split_behavior behavior;
@@ -154,6 +155,7 @@ struct tide_tokenizer {
     int32_t *merge_new;
     uint32_t merge_mask;
     size_t n_merges;
+    uint32_t merge_rank_end;  /* 1 + the largest rank (ranks are merges[] indices) */
 
     /* BPE model options */
     bool byte_fallback, ignore_merges, fuse_unk;
@@ -231,6 +233,11 @@ int tok_split_added(const tide_tokenizer *tok, const tok_trie *t, const char *te
 void tok_segments_free(tok_segments *s);
 
 /* tokenizer_normalize.c */
+/* The normalized text of an n-byte piece may be at most TOK_NORM_GROWTH * n
+ * + TOK_NORM_SLACK bytes (NFKD grows text at most 11 times; Replace has no
+ * bound of its own); past that, encoding fails with a message. */
+#define TOK_NORM_GROWTH 64u
+#define TOK_NORM_SLACK 65536u
 int tok_normalize(const tide_tokenizer *tok, const char *s, size_t n, tok_buf *out,
                   tide_status *st);
 
@@ -243,7 +250,14 @@ typedef struct {
     tok_spans sub;     /* ByteLevel: the piece's regex split */
     uint8_t *is_match; size_t is_match_cap;
     OnigRegion *region;
+    OnigMatchParam *match_param;
     bool no_fast;      /* tests: always use Oniguruma */
+    /* For error messages: where the text given to tok_pretokenize starts in
+     * the caller's input, and whether it is normalized (offsets then count
+     * in the normalized text of the segment starting there). */
+    size_t err_off;
+    bool err_normalized;
+    size_t err_piece; /* ByteLevel: where its current piece is in the step's text */
 } tok_pretok_scratch;
 /* Pre-tokenizes s[0..n): on success *buf and *spans name the resulting pieces. */
 int tok_pretokenize(const tide_tokenizer *tok, tok_pretok_scratch *sc, const char *s, size_t n,
@@ -263,10 +277,23 @@ typedef struct {
     uint32_t len;  /* bytes of the piece this symbol covers; 0 once merged away */
     int32_t prev, next;
 } tok_sym;
+/* One pending merge of the long-word loop: the pair starting at symbol `pos`
+ * was expected to give `merged`; `next` links the entries of one rank. */
+typedef struct {
+    int32_t pos, merged, next;
+} tok_bq_node;
 typedef struct {
     tok_sym *syms; size_t syms_cap;
-    void *heap; size_t heap_cap;
-    bool force_heap; /* tests: use the heap path for every word */
+    /* The long-word loop's queue (tokenizer_bpe.c): a list of entries per
+     * merge rank, and a min-heap of the ranks whose list is not empty.
+     * Between words every list is empty (head -1). */
+    int32_t *bq_head, *bq_tail; /* [bq_ranks] */
+    uint8_t *bq_state;          /* [bq_ranks] its list is out of order / the rank is in the heap */
+    size_t bq_ranks;
+    tok_bq_node *bq_node; size_t bq_node_cap;
+    uint32_t *bq_heap; size_t bq_heap_cap;
+    tok_bq_node *bq_tmp; int32_t *bq_idx; size_t bq_tmp_cap; /* sorting one list */
+    bool force_heap; /* tests: use the long-word loop for every word */
 } tok_bpe_scratch;
 int tok_bpe_word(const tide_tokenizer *tok, tok_bpe_scratch *sc, tide_tok_cache *cache,
                  const char *w, size_t n, tide_tok_ids *out, tide_status *st);
@@ -309,5 +336,12 @@ void tok_free_normalizer(tide_tokenizer *tok);
 int tok_parse_pretokenizer(tide_tokenizer *tok, json_t *j, tide_status *st);
 void tok_free_pretokenizer(tide_tokenizer *tok);
 int tok_compile_regex(const char *pat, size_t len, OnigRegex *out, tide_status *st);
+/* onig_search over s[from..n) with its work bounded by the length searched
+ * (Oniguruma's retry limit per search, set through mp), so a regex with
+ * catastrophic backtracking fails instead of hanging. Returns onig_search's
+ * result. */
+int tok_regex_search(OnigRegex re, const char *s, size_t n, size_t from, OnigRegion *region, OnigMatchParam *mp);
+/* Fails with Oniguruma's message for error r of a search from `where` byte `at`. */
+int tok_regex_fail(tide_status *st, int r, const char *where, size_t at);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fs.h"
 #include "text/tokenizer_internal.h"
 
 #define TOK_MAX_IDS (1u << 22) /* 4M: far above any real vocabulary (~260K); bounds allocations */
@@ -357,8 +358,8 @@ int tide_tokenizer_load_json(const char *json, size_t len, const char *name, tid
 
 int tide_tokenizer_load(const char *path, tide_tokenizer **out, tide_status *st) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return tide_fail(st, TIDE_ERR_IO, "%s: %s", path, strerror(errno));
+    FILE *f = tide_fopen_regular(path, st); /* a FIFO or a directory is refused, never blocks */
+    if (!f) return -1;
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {

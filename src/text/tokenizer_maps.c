@@ -180,6 +180,7 @@ static uint64_t pair_key(int32_t a, int32_t b) {
 
 int tok_merges_put(tide_tokenizer *tok, int32_t a, int32_t b, uint32_t rank, int32_t merged) {
     uint64_t key = pair_key(a, b);
+    if (rank >= tok->merge_rank_end) tok->merge_rank_end = rank + 1;
     uint32_t h = (uint32_t)mix64(key) & tok->merge_mask;
     for (;; h = (h + 1) & tok->merge_mask) {
         if (tok->merge_key[h] == EMPTY_KEY) {

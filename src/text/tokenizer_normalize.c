@@ -6,6 +6,7 @@
  * Sequence, Qwen3 NFC, Llama-3 null. Anything else is refused at load time
  * with the type's name, so an unexpected file fails loudly instead of
  * tokenizing differently from the reference. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -147,29 +148,45 @@ static int lowercase(const char *s, size_t n, tok_buf *out, tide_status *st) {
     return 0;
 }
 
-static int replace(const tok_norm *nm, const char *s, size_t n, tok_buf *out, tide_status *st) {
+/* Appends the text before a match and the replacement, unless that would
+ * pass `limit`: a replacement longer than its pattern can multiply the text
+ * (and a Sequence of them, exponentially), so the output is bounded. */
+static int replace_piece(const tok_norm *nm, const char *before, size_t bn, size_t limit, tok_buf *out,
+                         tide_status *st) {
+    if (out->n + bn + nm->content_len > limit)
+        return tide_fail(st, TIDE_ERR_NOMEM, "the text grows past the limit of %zu bytes", limit);
+    if (tok_buf_append(out, before, bn, st) || tok_buf_append(out, nm->content, nm->content_len, st)) return -1;
+    return 0;
+}
+
+static int replace(const tok_norm *nm, const char *s, size_t n, size_t limit, tok_buf *out, tide_status *st) {
     size_t pos = 0;
     if (nm->pat) {
         while (pos < n) {
             const char *hit = memmem(s + pos, n - pos, nm->pat, nm->pat_len);
             if (!hit) break;
             size_t at = (size_t)(hit - s);
-            if (tok_buf_append(out, s + pos, at - pos, st) || tok_buf_append(out, nm->content, nm->content_len, st)) return -1;
+            if (replace_piece(nm, s + pos, at - pos, limit, out, st) != 0) return -1;
             pos = at + nm->pat_len;
         }
         return tok_buf_append(out, s + pos, n - pos, st);
     }
     OnigRegion *reg = onig_region_new();
-    if (!reg) return tide_fail(st, TIDE_ERR_NOMEM, "normalizer: out of memory");
-    const UChar *b = (const UChar *)s, *e = b + n;
+    OnigMatchParam *mp = onig_new_match_param();
+    if (!reg || !mp) {
+        if (reg) onig_region_free(reg, 1);
+        if (mp) onig_free_match_param(mp);
+        return tide_fail(st, TIDE_ERR_NOMEM, "normalizer: out of memory");
+    }
+    const UChar *b = (const UChar *)s;
     size_t from = 0;
     int rc = 0;
     while (from <= n) {
-        int r = onig_search(nm->re, b, e, b + from, e, reg, ONIG_OPTION_NONE);
+        int r = tok_regex_search(nm->re, s, n, from, reg, mp);
         if (r == ONIG_MISMATCH) break;
-        if (r < 0) { rc = tide_fail(st, TIDE_ERR_INTERNAL, "normalizer: regex search failed (%d)", r); break; }
+        if (r < 0) { rc = tok_regex_fail(st, r, "step input", from); break; }
         size_t ms = (size_t)reg->beg[0], me = (size_t)reg->end[0];
-        if (tok_buf_append(out, s + pos, ms - pos, st) || tok_buf_append(out, nm->content, nm->content_len, st)) { rc = -1; break; }
+        if (replace_piece(nm, s + pos, ms - pos, limit, out, st) != 0) { rc = -1; break; }
         pos = me;
         if (me == ms) { /* empty match: step over one character */
             if (me >= n) break;
@@ -182,6 +199,7 @@ static int replace(const tok_norm *nm, const char *s, size_t n, tok_buf *out, ti
         from = pos;
     }
     onig_region_free(reg, 1);
+    onig_free_match_param(mp);
     if (rc == 0 && pos < n) rc = tok_buf_append(out, s + pos, n - pos, st);
     return rc;
 }
@@ -211,14 +229,14 @@ static bool all_ascii(const char *s, size_t n) {
     return any < 0x80;
 }
 
-static int apply(const tok_norm *nm, const char *s, size_t n, tok_buf *out, tide_status *st) {
+static int apply(const tok_norm *nm, const char *s, size_t n, size_t limit, tok_buf *out, tide_status *st) {
     switch (nm->type) {
     case TOK_NORM_NFC: case TOK_NORM_NFD: case TOK_NORM_NFKC: case TOK_NORM_NFKD:
         /* ASCII is invariant under all four forms: skip utf8proc's allocation. */
         if (all_ascii(s, n)) return tok_buf_append(out, s, n, st);
         return n ? unicode_form(nm->type, s, n, out, st) : 0;
     case TOK_NORM_LOWERCASE: return lowercase(s, n, out, st);
-    case TOK_NORM_REPLACE: return replace(nm, s, n, out, st);
+    case TOK_NORM_REPLACE: return replace(nm, s, n, limit, out, st);
     case TOK_NORM_PREPEND:
         if (n && tok_buf_append(out, nm->content, nm->content_len, st) != 0) return -1;
         return tok_buf_append(out, s, n, st);
@@ -227,16 +245,35 @@ static int apply(const tok_norm *nm, const char *s, size_t n, tok_buf *out, tide
     return tide_fail(st, TIDE_ERR_INTERNAL, "normalizer: bad step type");
 }
 
+static const char *step_name(tok_norm_type t) {
+    static const char *const names[] = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Replace", "Prepend", "Strip"};
+    return (size_t)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+/* One step, then the size check that the steps other than Replace need only
+ * once (they grow the text by a bounded factor). */
+static int apply_bounded(const tok_norm *nm, size_t i, const char *s, size_t n, size_t orig, size_t limit,
+                         tok_buf *out, tide_status *st) {
+    int rc = apply(nm, s, n, limit, out, st);
+    if (rc == 0 && out->n > limit)
+        rc = tide_fail(st, TIDE_ERR_NOMEM, "the text grows past the limit of %zu bytes", limit);
+    if (rc != 0)
+        return tide_fail_ctx(st, "normalizer step %zu (%s) of a %zu-byte text (at most %u times its length + %u bytes)",
+                             i, step_name(nm->type), orig, TOK_NORM_GROWTH, TOK_NORM_SLACK);
+    return 0;
+}
+
 int tok_normalize(const tide_tokenizer *tok, const char *s, size_t n, tok_buf *out, tide_status *st) {
     out->n = 0;
     if (n == 0) return 0; /* every normalizer maps "" to "" (Prepend skips empty text) */
     if (tok->n_norm == 0) return tok_buf_append(out, s, n, st);
-    if (tok->n_norm == 1) return apply(&tok->norm[0], s, n, out, st);
+    size_t limit = n > (SIZE_MAX - TOK_NORM_SLACK) / TOK_NORM_GROWTH ? SIZE_MAX : n * TOK_NORM_GROWTH + TOK_NORM_SLACK;
+    if (tok->n_norm == 1) return apply_bounded(&tok->norm[0], 0, s, n, n, limit, out, st);
     tok_buf tmp = {0};
     int rc = tok_buf_append(&tmp, s, n, st);
     for (size_t i = 0; rc == 0 && i < tok->n_norm; i++) {
         out->n = 0;
-        rc = apply(&tok->norm[i], tmp.p, tmp.n, out, st);
+        rc = apply_bounded(&tok->norm[i], i, tmp.p, tmp.n, n, limit, out, st);
         if (rc == 0 && i + 1 < tok->n_norm) {
             tmp.n = 0;
             rc = tok_buf_append(&tmp, out->p, out->n, st);

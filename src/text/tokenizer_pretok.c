@@ -13,6 +13,7 @@
  *   Digits      numeric characters isolated or grouped.
  *   WhitespaceSplit / Whitespace  the HF presets, as character/regex splits.
  * A regex only ever sees one piece: anchors and lookaheads stop at its ends. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,43 @@ int tok_compile_regex(const char *pat, size_t len, OnigRegex *out, tide_status *
     return 0;
 }
 
+/* Backtracking steps allowed per searched byte, plus a floor: ordinary
+ * patterns need a handful per byte, a catastrophic one grows without bound. */
+#define TOK_RE_RETRIES_PER_BYTE 1000ul
+#define TOK_RE_RETRIES_MIN 10000000ul
+
+int tok_regex_search(OnigRegex re, const char *s, size_t n, size_t from, OnigRegion *region, OnigMatchParam *mp) {
+    const UChar *b = (const UChar *)s, *e = b + n;
+    size_t left = n - from;
+    unsigned long limit = left > (ULONG_MAX - TOK_RE_RETRIES_MIN) / TOK_RE_RETRIES_PER_BYTE
+                              ? ULONG_MAX
+                              : TOK_RE_RETRIES_MIN + TOK_RE_RETRIES_PER_BYTE * left;
+    onig_initialize_match_param(mp);
+    onig_set_retry_limit_in_search_of_match_param(mp, limit);
+    return onig_search_with_param(re, b, e, b + from, e, region, ONIG_OPTION_NONE, mp);
+}
+
+int tok_regex_fail(tide_status *st, int r, const char *where, size_t at) {
+    UChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+    onig_error_code_to_str(msg, r);
+    return tide_fail(st, TIDE_ERR_INVALID, "regex search from %s byte %zu failed: %s (Oniguruma error %d)", where, at,
+                     (const char *)msg, r);
+}
+
+/* Compiles a step's regex and keeps its text for messages. */
+static int compile_step_regex(tok_pre *s, const char *pat, size_t len, tide_status *st) {
+    if (tok_compile_regex(pat, len, &s->re, st) != 0) return -1;
+    s->re_src = malloc(len + 1);
+    if (!s->re_src) {
+        onig_free(s->re);
+        s->re = NULL;
+        return tide_fail(st, TIDE_ERR_NOMEM, "pre_tokenizer: out of memory");
+    }
+    memcpy(s->re_src, pat, len);
+    s->re_src[len] = 0;
+    return 0;
+}
+
 /* GPT-2's pre-tokenizer regex, used by ByteLevel when use_regex is true. */
 static const char gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -55,6 +93,7 @@ static int add_step(tide_tokenizer *tok, tok_pre step, tide_status *st) {
     tok_pre *v = realloc(tok->pre, (tok->n_pre + 1) * sizeof *v);
     if (!v) {
         if (step.re) onig_free(step.re);
+        free(step.re_src);
         free(step.lit);
         return tide_fail(st, TIDE_ERR_NOMEM, "pre_tokenizer: out of memory");
     }
@@ -88,10 +127,11 @@ static int parse_split(tide_tokenizer *tok, json_t *j, tide_status *st) {
     json_t *re = pat ? json_object_get(pat, "Regex") : NULL;
     json_t *lit = pat ? json_object_get(pat, "String") : NULL;
     if (json_is_string(re)) {
-        if (tok_compile_regex(json_string_value(re), json_string_length(re), &s.re, st) != 0) return -1;
+        if (compile_step_regex(&s, json_string_value(re), json_string_length(re), st) != 0) return -1;
         s.fast = tok_fast_lookup(json_string_value(re), json_string_length(re));
         if (s.fast != TOK_FAST_NONE && tok_fast_init(tok, st) != 0) {
             onig_free(s.re);
+            free(s.re_src);
             return -1;
         }
     } else if (json_is_string(lit)) {
@@ -125,7 +165,7 @@ static int parse_one(tide_tokenizer *tok, json_t *j, int depth, tide_status *st)
     if (!strcmp(type, "ByteLevel")) {
         tok_pre s = {.type = TOK_PRE_BYTELEVEL, .add_prefix_space = flag(j, "add_prefix_space", true),
                      .use_regex = flag(j, "use_regex", true), .behavior = TOK_SPLIT_ISOLATED};
-        if (s.use_regex && tok_compile_regex(gpt2_regex, strlen(gpt2_regex), &s.re, st) != 0) return -1;
+        if (s.use_regex && compile_step_regex(&s, gpt2_regex, strlen(gpt2_regex), st) != 0) return -1;
         return add_step(tok, s, st);
     }
     if (!strcmp(type, "Digits"))
@@ -133,7 +173,7 @@ static int parse_one(tide_tokenizer *tok, json_t *j, int depth, tide_status *st)
     if (!strcmp(type, "WhitespaceSplit")) return add_step(tok, (tok_pre){.type = TOK_PRE_WSPLIT}, st);
     if (!strcmp(type, "Whitespace")) {
         tok_pre s = {.type = TOK_PRE_SPLIT, .behavior = TOK_SPLIT_REMOVED, .invert = true};
-        if (tok_compile_regex(whitespace_regex, strlen(whitespace_regex), &s.re, st) != 0) return -1;
+        if (compile_step_regex(&s, whitespace_regex, strlen(whitespace_regex), st) != 0) return -1;
         return add_step(tok, s, st);
     }
     return tide_fail(st, TIDE_ERR_UNSUPPORTED,
@@ -150,6 +190,7 @@ int tok_parse_pretokenizer(tide_tokenizer *tok, json_t *j, tide_status *st) {
 void tok_free_pretokenizer(tide_tokenizer *tok) {
     for (size_t i = 0; i < tok->n_pre; i++) {
         if (tok->pre[i].re) onig_free(tok->pre[i].re);
+        free(tok->pre[i].re_src);
         free(tok->pre[i].lit);
     }
     free(tok->pre);
@@ -177,11 +218,26 @@ static size_t char_len_at(const char *s, size_t n, size_t i) {
     return l ? (size_t)l : 1;
 }
 
+/* Names the failing step and where its search started in the caller's text. */
+static int regex_step_fail(const tide_tokenizer *tok, const tok_pre *p, const tok_pretok_scratch *sc, size_t at,
+                           int r, tide_status *st) {
+    at += sc->err_piece;
+    if (sc->err_normalized)
+        tok_regex_fail(st, r, "normalized", at);
+    else
+        tok_regex_fail(st, r, "input", sc->err_off + at);
+    tide_fail_ctx(st, "pre_tokenizer step %zu (%s /%.80s/)", (size_t)(p - tok->pre),
+                  p->type == TOK_PRE_SPLIT ? "Split" : "ByteLevel", p->re_src);
+    if (sc->err_normalized) tide_fail_ctx(st, "segment at input byte %zu", sc->err_off);
+    return -1;
+}
+
 /* Regex matches as the onig crate's find_iter yields them (an empty match
  * right after the previous match is skipped by one character), turned into
- * the alternating list of HF's Pattern::find_matches. */
+ * the alternating list of HF's Pattern::find_matches. s starts at byte
+ * `base` of the step's text (for messages). */
 static int regex_matches(const tide_tokenizer *tok, const tok_pre *p, tok_pretok_scratch *sc, const char *s, size_t n,
-                         tide_status *st) {
+                         size_t base, tide_status *st) {
     if (p->fast != TOK_FAST_NONE && !sc->no_fast) {
         /* These patterns never match empty, so no empty-match stepping. */
         size_t prev = 0, ms, me;
@@ -193,17 +249,17 @@ static int regex_matches(const tide_tokenizer *tok, const tok_pre *p, tok_pretok
         if (prev != n) return push_cand(sc, prev, n - prev, false, st);
         return 0;
     }
-    OnigRegex re = p->re;
     if (!sc->region && !(sc->region = onig_region_new()))
         return tide_fail(st, TIDE_ERR_NOMEM, "pre_tokenizer: out of memory");
-    const UChar *b = (const UChar *)s, *e = b + n;
+    if (!sc->match_param && !(sc->match_param = onig_new_match_param()))
+        return tide_fail(st, TIDE_ERR_NOMEM, "pre_tokenizer: out of memory");
     size_t from = 0, prev = 0;
     bool have_last = false;
     size_t last_end = 0;
     while (from <= n) {
-        int r = onig_search(re, b, e, b + from, e, sc->region, ONIG_OPTION_NONE);
+        int r = tok_regex_search(p->re, s, n, from, sc->region, sc->match_param);
         if (r == ONIG_MISMATCH) break;
-        if (r < 0) return tide_fail(st, TIDE_ERR_INTERNAL, "pre_tokenizer: regex search failed (%d)", r);
+        if (r < 0) return regex_step_fail(tok, p, sc, base + from, r, st);
         size_t ms = (size_t)sc->region->beg[0], me = (size_t)sc->region->end[0];
         if (ms == me && have_last && last_end == me) {
             from += from < n ? char_len_at(s, n, from) : 1;
@@ -321,10 +377,10 @@ static int split_piece(const tide_tokenizer *tok, const tok_pre *p, tok_pretok_s
     sc->work.n = 0;
     int rc;
     switch (p->type) {
-    case TOK_PRE_SPLIT: rc = p->re ? regex_matches(tok, p, sc, s, n, st) : literal_matches(p, sc, s, n, st); break;
+    case TOK_PRE_SPLIT: rc = p->re ? regex_matches(tok, p, sc, s, n, base, st) : literal_matches(p, sc, s, n, st); break;
     case TOK_PRE_DIGITS: rc = char_matches(tok_is_numeric, sc, s, n, st); break;
     case TOK_PRE_WSPLIT: rc = char_matches(tok_is_whitespace, sc, s, n, st); break;
-    default: rc = regex_matches(tok, p, sc, s, n, st); break; /* ByteLevel's GPT-2 split */
+    default: rc = regex_matches(tok, p, sc, s, n, base, st); break; /* ByteLevel's GPT-2 split */
     }
     if (rc != 0) return -1;
     tok_split_behavior beh = p->behavior;
@@ -350,7 +406,13 @@ static int bytelevel_step(const tide_tokenizer *tok, const tok_pre *p, tok_preto
             n = tmp->n;
         }
         sub->n = 0;
-        if (p->use_regex) rc = split_piece(tok, p, sc, s, n, 0, sub, st);
+        if (p->use_regex) {
+            /* For messages: where s is in the step's text (a prefix space
+             * that is not there is counted back out). */
+            sc->err_piece = pin->v[i].off - (s == tmp->p && pin->v[i].off ? 1u : 0u);
+            rc = split_piece(tok, p, sc, s, n, 0, sub, st);
+            sc->err_piece = 0;
+        }
         else if (n) rc = tok_spans_push(sub, 0, (uint32_t)n, st);
         for (size_t j = 0; rc == 0 && j < sub->n; j++) {
             size_t start = out->n;
@@ -404,5 +466,6 @@ void tok_pretok_scratch_free(tok_pretok_scratch *sc) {
     tok_spans_free(&sc->sub);
     free(sc->is_match);
     if (sc->region) onig_region_free(sc->region, 1);
+    if (sc->match_param) onig_free_match_param(sc->match_param);
     memset(sc, 0, sizeof *sc);
 }
