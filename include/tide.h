@@ -77,6 +77,13 @@ typedef struct tide_event {
     tide_finish_reason reason; /* FINISHED */
     const char *error;         /* FINISHED with ERROR: the message; else NULL */
     int64_t n_cached;          /* tokens served by the prefix cache (tide_request_info.n_cached) */
+    /* TOKEN, when the request's sampling asked (want_logprobs / top_logprobs):
+     * the token's log probability under the raw logits and the n_top best
+     * tokens with theirs (valid during the callback); else 0 / NULL. */
+    float logprob;
+    int32_t n_top;
+    const int32_t *top_ids;
+    const float *top_logprobs;
 } tide_event;
 
 /* Called from inside tide_engine_step / _run / _cancel. It must not call the
@@ -316,6 +323,9 @@ int64_t tide_engine_clear_prefix_cache(tide_engine *e);
 
 /* The vocabulary size of the loaded model (for callers that validate). */
 int64_t tide_engine_vocab_size(const tide_engine *e);
+/* The model's context in tokens (prompt + generated), max_position_embeddings;
+ * <= 0 when the config sets none. */
+int64_t tide_engine_context(const tide_engine *e);
 
 #ifdef __cplusplus
 }

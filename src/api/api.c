@@ -13,17 +13,20 @@ const char *tide_api_kind_name(tide_api_kind kind) {
     case TIDE_API_CHAT: return "chat completions";
     case TIDE_API_RESPONSES: return "responses";
     case TIDE_API_MESSAGES: return "messages";
+    case TIDE_API_COMPLETIONS: return "completions";
     }
     return "?";
 }
 
-static void req_init(tide_api_req *req, tide_api_kind kind) {
+void tide_api_req_init(tide_api_req *req, tide_api_kind kind) {
     memset(req, 0, sizeof *req);
     req->kind = kind;
     tide_conv_init(&req->conv);
     req->gen.temperature = 1.0;
     req->gen.top_p = 1.0;
     req->gen.parallel_tool_calls = 1;
+    req->gen.n = 1;
+    req->gen.repetition_penalty = 1.0;
 }
 
 void tide_api_req_free(tide_api_req *req) {
@@ -32,12 +35,16 @@ void tide_api_req_free(tide_api_req *req) {
     for (size_t i = 0; i < req->gen.n_stop; i++) free(req->gen.stop[i]);
     free(req->gen.tool_name);
     json_decref(req->gen.json_schema);
+    free(req->gen.logit_bias);
+    free(req->gen.stop_token_ids);
+    free(req->prompt);
+    free(req->prompt_ids);
     memset(req, 0, sizeof *req);
 }
 
 int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_req *req, tide_api_err *err) {
     memset(err, 0, sizeof *err);
-    req_init(req, kind);
+    tide_api_req_init(req, kind);
     if (len > TIDE_API_MAX_BODY) {
         tide_api_bad(err, "", "request body of %zu bytes exceeds the limit of %u", len, TIDE_API_MAX_BODY);
         err->http_status = 413;
@@ -57,6 +64,7 @@ int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_re
         case TIDE_API_CHAT: rc = tide_convert_chat(root, req, err); break;
         case TIDE_API_RESPONSES: rc = tide_convert_responses(root, req, err); break;
         case TIDE_API_MESSAGES: rc = tide_convert_messages(root, req, err); break;
+        case TIDE_API_COMPLETIONS: rc = tide_convert_completions(root, req, err); break;
         }
     }
     json_decref(root);
@@ -66,7 +74,7 @@ int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_re
             err->type = err->st.code == TIDE_ERR_NOMEM ? "api_error" : "invalid_request_error";
         }
         tide_api_req_free(req);
-        req_init(req, kind);
+        tide_api_req_init(req, kind);
     }
     return rc;
 }

@@ -23,8 +23,10 @@
 
 #include "base/json.h"
 #include "base/log.h"
+#include "cli/batch_end.h"
 #include "cli/cli.h"
 #include "cli/out_file.h"
+#include "cli/run_text.h"
 #include "cli/stop_signal.h"
 #include "cli/backend.h"
 #include "cli/kv_cli.h"
@@ -80,7 +82,24 @@ static void usage(FILE *f) {
             "                       hit (default: they stay private: docs/engine.md)\n"
             "%s"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
-            "pages only with requests of the same salt (docs/engine.md).\n",
+            "pages only with requests of the same salt (docs/engine.md).\n"
+            "\n"
+            "Text (run_text.c; needs MODEL_DIR/tokenizer.json):\n"
+            "  --prompt TEXT        one user turn through the V4.1 template; the reply on\n"
+            "                       stdout as it streams, the reasoning on stderr\n"
+            "  --chat               interactive: one user turn per stdin line (a pipe works),\n"
+            "                       the conversation kept; EOF or /exit ends it\n"
+            "  --raw                --prompt is a raw completion prompt (no template)\n"
+            "  --system TEXT        a system message first\n"
+            "  --thinking           thinking mode; --effort N|NAME its reasoning effort\n"
+            "  --show-reasoning     the reasoning on stdout too\n"
+            "  --temperature T      sampling temperature (default 0: greedy)\n"
+            "  --text               --input is a text batch even when it is stdin (detected\n"
+            "                       from the first line of a file: \"messages\" or \"prompt\")\n"
+            "  Text JSONL lines: a Chat Completions body (\"messages\") or a Completions body\n"
+            "  (\"prompt\": text or ids), plus \"id\"; results {\"id\", \"text\", \"reasoning\",\n"
+            "  \"tool_calls\", \"output_ids\", \"finish_reason\", \"prompt_tokens\",\n"
+            "  \"completion_tokens\", \"cached_tokens\"}.\n",
             tide_cli_backend_help());
     kv_run_help(f);
 }
@@ -125,6 +144,7 @@ typedef struct run_opts {
     long long decoder_tail;
     unsigned long long seed;
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
+    tide_run_text_opts text; /* --prompt / --chat / text --input (run_text.c) */
     kv_run_opts kv; /* the persistent KV store's flags (kv_run.c) */
     const char *backend, *kernels;
     tide_cli_backend be; /* parsed from them */
@@ -170,7 +190,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int done = 0;
+        int done = 0, rc;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
             if (strcmp(a, nums[k].flag) != 0 || !v) continue;
             char *end;
@@ -234,14 +254,17 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             o->no_quirk = 1;
         } else if (!strcmp(a, "--overlap")) {
             o->overlap = 1;
+        } else if ((rc = tide_run_text_arg(argc, argv, &i, &o->text)) != 0) {
+            if (rc < 0) return TIDE_EXIT_USAGE;
         } else {
             fprintf(stderr, "tide run: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
             return TIDE_EXIT_USAGE;
         }
     }
-    if (!o->model_dir || (!o->ids_s && !o->input) || (o->ids_s && o->input)) {
-        fprintf(stderr, "tide run: --model and one of --prompt-ids / --input are required\n\n");
+    int modes = !!o->ids_s + !!o->input + !!o->text.prompt + o->text.chat;
+    if (!o->model_dir || modes != 1) {
+        fprintf(stderr, "tide run: --model and one of --prompt-ids / --prompt / --chat / --input are required\n\n");
         usage(stderr);
         return TIDE_EXIT_USAGE;
     }
@@ -480,52 +503,25 @@ static int step_all(tide_engine *e, batch *b, tide_status *st) {
     return 0;
 }
 
-/* The end of a run: the results file is committed when everything was
- * written (every request, or those finished before a stop signal), else
- * removed (an existing file stays as it was). */
+/* The end of a run (cli/batch_end.h: commit or remove the results file). */
 static int finish_jsonl(batch *b, int sig, int ok, tide_status *st) {
-    if (b->write_failed) {
-        fprintf(stderr, "tide run: %s\n", b->wst.msg);
-        ok = 0;
-    }
-    if (!ok) {
-        tide_out_abort(&b->out);
-        return TIDE_EXIT_FAIL;
-    }
-    char name[512]; /* commit frees the path */
-    snprintf(name, sizeof name, "%s", tide_out_name(&b->out));
-    if (tide_out_commit(&b->out, st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st->msg);
-        return TIDE_EXIT_FAIL;
-    }
-    if (sig) {
-        fprintf(stderr, "tide run: stopped by %s: %lld of %lld requests finished (complete lines in %s), %lld not run\n",
-                tide_stop_signal_name(sig), (long long)b->n_finished, (long long)b->n_lines, name,
-                (long long)(b->n_lines - b->n_finished));
-        return 128 + sig;
-    }
-    return b->n_errors ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
+    (void)st;
+    const tide_batch_end end = {.ok = ok, .sig = sig, .write_failed = b->write_failed, .wst = &b->wst,
+                                .n_finished = b->n_finished, .n_lines = b->n_lines, .n_errors = b->n_errors};
+    return tide_batch_finish(&b->out, &end);
 }
 
 static int run_jsonl(const run_opts *o) {
     batch b;
     memset(&b, 0, sizeof b);
     tide_status st = {0};
-    if (tide_out_open(&b.out, o->output, o->input, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        return TIDE_EXIT_FAIL;
-    }
     sigset_t old_mask;
-    tide_stop_signals_block(&old_mask); /* before the engine's threads start: they inherit it */
+    FILE *in;
+    if (tide_batch_open(&b.out, &in, &old_mask, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
     tide_engine *e = NULL;
     int ok = 0, sig = 0;
     kv_run *kv = NULL;
     tide_cli_backend be = o->be;
-    FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
-    if (!in) {
-        fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
-        goto done;
-    }
     tide_engine_config c = engine_config(o);
     c.on_event = on_event;
     c.event_ctx = &b;
@@ -555,13 +551,12 @@ static int run_jsonl(const run_opts *o) {
 done:;
     int rc = finish_jsonl(&b, sig, ok, &st);
     tide_engine_destroy(e);
-    tide_stop_signals_restore(&old_mask);
+    tide_batch_close(in, &old_mask);
     kv_run_close(kv);
     tide_cli_backend_close(&be);
     for (int64_t i = 0; i < b.n_ids; i++) json_decref(b.ids[i]);
     free(b.ids);
     free(b.done);
-    if (in && in != stdin) fclose(in);
     return rc;
 }
 
@@ -569,5 +564,28 @@ int tide_cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
+    if (o.text.prompt || o.text.chat || (o.input && (o.text.text_input || tide_run_text_is_text_input(o.input)))) {
+        tide_engine_config c = engine_config(&o);
+        o.text.input = o.input;
+        o.text.output = o.output;
+        o.text.max_tokens = o.max_tokens;
+        o.text.ignore_eos = o.ignore_eos;
+        kv_run *kv = NULL;
+        tide_cli_backend be = o.be;
+        tide_status st = {0};
+        if (tide_cli_backend_open(&be, &c, &st) != 0 || kv_run_open(&o.kv, &c, &kv, &st) != 0) {
+            fprintf(stderr, "tide run: %s\n", st.msg);
+            tide_cli_backend_close(&be);
+            return TIDE_EXIT_FAIL;
+        }
+        rc = tide_run_text(&o.text, &c);
+        kv_run_close(kv); /* after the engine (tide_run_text destroyed it) */
+        if (rc == TIDE_EXIT_OK && tide_cli_backend_check(&be, &st) != 0) {
+            fprintf(stderr, "tide run: %s\n", st.msg);
+            rc = TIDE_EXIT_FAIL;
+        }
+        tide_cli_backend_close(&be);
+        return rc;
+    }
     return o.ids_s ? run_ids(&o) : run_jsonl(&o);
 }

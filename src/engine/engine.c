@@ -293,6 +293,8 @@ void tide_engine_destroy(tide_engine *e) {
 
 int64_t tide_engine_vocab_size(const tide_engine *e) { return e->vocab; }
 
+int64_t tide_engine_context(const tide_engine *e) { return e->m->cfg.text.max_position_embeddings; }
+
 int tide_engine_eos_tokens(const tide_engine *e, const int32_t **ids) {
     *ids = e->gen.eos;
     return e->gen.n_eos;
@@ -347,7 +349,16 @@ int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *i
 static void emit(tide_engine *e, tide_event_kind kind, const tide_req *q, int32_t token) {
     if (!e->cfg.on_event) return;
     tide_event ev = {kind, q->id, q->user, token, tide_req_output(q), tide_req_n_output(q),
-                     q->n_prompt, q->reason, q->reason == TIDE_FINISH_ERROR ? q->error : NULL, q->n_cached};
+                     q->n_prompt, q->reason, q->reason == TIDE_FINISH_ERROR ? q->error : NULL, q->n_cached,
+                     0, 0, NULL, NULL};
+    e->cfg.on_event(e->cfg.event_ctx, &ev);
+}
+
+/* A TOKEN event with the sampler's log probabilities. */
+static void emit_token(tide_engine *e, const tide_req *q, const tide_sample_result *r) {
+    if (!e->cfg.on_event) return;
+    tide_event ev = {TIDE_EVENT_TOKEN, q->id, q->user, r->token, tide_req_output(q), tide_req_n_output(q),
+                     q->n_prompt, q->reason, NULL, q->n_cached, r->logprob, r->n_top, r->top_ids, r->top_logprobs};
     e->cfg.on_event(e->cfg.event_ctx, &ev);
 }
 
@@ -440,7 +451,7 @@ static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
             continue;
         }
         e->tokens_generated++;
-        emit(e, TIDE_EVENT_TOKEN, q, t);
+        emit_token(e, q, &e->res[i]);
         tide_stop_reason why = tide_sampling_stop(&q->sp, t, tide_req_n_output(q));
         if (why == TIDE_STOP_TOKEN) finish(e, q, TIDE_FINISH_STOP);
         else if (why == TIDE_STOP_LENGTH) finish(e, q, TIDE_FINISH_LENGTH);
