@@ -18,6 +18,7 @@ static const command commands[] = {
     {"tokenize", tide_cmd_tokenize, "text on stdin -> token ids, one line per input line"},
     {"detokenize", tide_cmd_detokenize, "token ids on stdin -> text"},
     {"bench", tide_cmd_bench, "performance: throughput, latency, step times next to their roofline"},
+    {"serve", tide_cmd_serve, "OpenAI / Anthropic compatible HTTP server"},
 };
 
 static void usage(FILE *out) {
