@@ -13,6 +13,7 @@ const char *tide_api_kind_name(tide_api_kind kind) {
     case TIDE_API_CHAT: return "chat completions";
     case TIDE_API_RESPONSES: return "responses";
     case TIDE_API_MESSAGES: return "messages";
+    case TIDE_API_COMPLETIONS: return "completions";
     }
     return "?";
 }
@@ -24,6 +25,8 @@ static void req_init(tide_api_req *req, tide_api_kind kind) {
     req->gen.temperature = 1.0;
     req->gen.top_p = 1.0;
     req->gen.parallel_tool_calls = 1;
+    req->gen.n = 1;
+    req->gen.repetition_penalty = 1.0;
 }
 
 void tide_api_req_free(tide_api_req *req) {
@@ -32,6 +35,10 @@ void tide_api_req_free(tide_api_req *req) {
     for (size_t i = 0; i < req->gen.n_stop; i++) free(req->gen.stop[i]);
     free(req->gen.tool_name);
     json_decref(req->gen.json_schema);
+    free(req->gen.logit_bias);
+    free(req->gen.stop_token_ids);
+    free(req->prompt);
+    free(req->prompt_ids);
     memset(req, 0, sizeof *req);
 }
 
@@ -57,6 +64,7 @@ int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_re
         case TIDE_API_CHAT: rc = tide_convert_chat(root, req, err); break;
         case TIDE_API_RESPONSES: rc = tide_convert_responses(root, req, err); break;
         case TIDE_API_MESSAGES: rc = tide_convert_messages(root, req, err); break;
+        case TIDE_API_COMPLETIONS: rc = tide_convert_completions(root, req, err); break;
         }
     }
     json_decref(root);

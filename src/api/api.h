@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "base/status.h"
+#include "engine/sampling_params.h"
 #include "text/conv.h"
 #include "text/outparse.h"
 
@@ -20,6 +21,7 @@ typedef enum tide_api_kind {
     TIDE_API_CHAT,      /* POST /v1/chat/completions */
     TIDE_API_RESPONSES, /* POST /v1/responses */
     TIDE_API_MESSAGES,  /* POST /v1/messages */
+    TIDE_API_COMPLETIONS, /* POST /v1/completions: a raw prompt (tide_api_req.prompt), raw text out */
 } tide_api_kind;
 
 /* Hostile-input limits for request bodies. */
@@ -56,12 +58,36 @@ typedef struct tide_gen {
     int parallel_tool_calls; /* default 1 */
     tide_out_format format;
     json_t *json_schema; /* TIDE_FMT_JSON_SCHEMA: the schema itself (owned) */
+    /* Sampling beyond temperature / top_p / top_k (the generation layer,
+     * api/gen.h, hands them to the engine's sampler). */
+    int n;                     /* choices; default 1 (Chat Completions "n") */
+    double min_p;              /* [0, 1]; 0 = off */
+    double frequency_penalty;  /* [-2, 2]; 0 = off */
+    double presence_penalty;   /* [-2, 2]; 0 = off */
+    double repetition_penalty; /* > 0; 1 = off (vLLM's extension) */
+    tide_logit_bias *logit_bias; /* owned; n_logit_bias entries */
+    size_t n_logit_bias;
+    int logprobs;              /* return the chosen tokens' log probabilities */
+    int top_logprobs;          /* 0..TIDE_GEN_MAX_TOP_LOGPROBS alternatives per token */
+    int ignore_eos;            /* do not stop at the model's end ids (extension) */
+    int32_t *stop_token_ids;   /* owned; extra ids that end generation (extension) */
+    size_t n_stop_token_ids;
 } tide_gen;
+
+#define TIDE_GEN_MAX_N 16
+#define TIDE_GEN_MAX_TOP_LOGPROBS 20
+#define TIDE_GEN_MAX_LOGIT_BIAS 1024
+#define TIDE_GEN_MAX_STOP_IDS 64
 
 typedef struct tide_api_req {
     tide_api_kind kind;
     tide_conv conv;
     tide_gen gen;
+    /* TIDE_API_COMPLETIONS: the prompt, text (owned) or token ids (owned) */
+    char *prompt;
+    size_t prompt_len;
+    int32_t *prompt_ids;
+    size_t n_prompt_ids;
 } tide_api_req;
 
 typedef struct tide_api_err {

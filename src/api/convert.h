@@ -8,5 +8,10 @@
 int tide_convert_chat(json_t *root, tide_api_req *req, tide_api_err *err);
 int tide_convert_responses(json_t *root, tide_api_req *req, tide_api_err *err);
 int tide_convert_messages(json_t *root, tide_api_req *req, tide_api_err *err);
+int tide_convert_completions(json_t *root, tide_api_req *req, tide_api_err *err);
+/* The sampling fields the OpenAI APIs share beyond temperature / top_p /
+ * top_k / stop (req_sampling.c): min_p, the three penalties, logit_bias,
+ * ignore_eos, stop_token_ids, and (when `with_n`) n. */
+int tide_read_sampling_extras(json_t *root, tide_gen *g, int with_n, tide_api_err *err);
 
 #endif

@@ -17,8 +17,10 @@ int tide_api_out_new(const tide_api_req *req, int in_reasoning, const char *id, 
     tide_api_out *o = calloc(1, sizeof *o);
     if (!o) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
     o->kind = req->kind;
-    o->api = req->kind == TIDE_API_CHAT ? &tide_out_chat : req->kind == TIDE_API_RESPONSES ? &tide_out_responses
-                                                                                           : &tide_out_messages;
+    static const out_api *const API[] = {&tide_out_chat, &tide_out_responses, &tide_out_messages,
+                                         &tide_out_completions};
+    o->api = API[req->kind];
+    o->last_choice = 1;
     o->id = strdup(id ? id : "");
     o->model = strdup(req->gen.model ? req->gen.model : "");
     o->created = created;
@@ -32,6 +34,7 @@ int tide_api_out_new(const tide_api_req *req, int in_reasoning, const char *id, 
     o->ud = ud;
     o->open = -1;
     tide_outparse_cfg cfg = {.in_reasoning = in_reasoning, .json_mode = req->gen.format != TIDE_FMT_TEXT,
+                             .raw = req->kind == TIDE_API_COMPLETIONS,
                              .stops = (const char *const *)req->gen.stop, .n_stops = req->gen.n_stop,
                              .fn = on_pev, .ud = o};
     if (!o->id || !o->model) {
@@ -110,10 +113,11 @@ static int open_item(tide_api_out *o, item_kind kind, size_t call, tide_status *
     memset(it, 0, sizeof *it);
     it->kind = kind;
     it->call = call;
-    static const char *const PREFIX[3][3] = {/* [api][kind] */
+    static const char *const PREFIX[4][3] = {/* [api][kind] */
                                              {"reasoning", "msg", "call"},
                                              {"rs", "msg", "call"},
-                                             {"thinking", "text", "toolu"}};
+                                             {"thinking", "text", "toolu"},
+                                             {"reasoning", "text", "call"}};
     snprintf(it->id, sizeof it->id, "%s_%.64s_%zu", PREFIX[o->kind][kind], o->id, kind == IT_CALL ? call : o->n_items);
     o->open = (long)o->n_items++;
     return o->stream ? o->api->open(o, (size_t)o->open, st) : 0;
@@ -131,6 +135,7 @@ static int text_item(tide_api_out *o, item_kind kind, const char *text, size_t l
 
 static int on_pev(void *ud, const tide_pev *ev, tide_status *st) {
     tide_api_out *o = ud;
+    if (o->tap && o->tap(o->tap_ud, ev, st) != 0) return -1;
     switch (ev->kind) {
     case TIDE_PEV_REASONING: return text_item(o, IT_REASONING, ev->text, ev->len, st);
     case TIDE_PEV_CONTENT: return text_item(o, IT_TEXT, ev->text, ev->len, st);
@@ -193,8 +198,31 @@ int tide_api_out_fail(tide_api_out *o, const char *message, tide_status *st) {
     return o->api->fail(o, message, st);
 }
 
+void tide_api_out_set_tap(tide_api_out *o, tide_pev_fn fn, void *ud) {
+    o->tap = fn;
+    o->tap_ud = ud;
+}
+
+const char *tide_api_out_content(const tide_api_out *o, size_t *len) {
+    const char *s = tide_outparse_content(o->parser, len);
+    return s ? s : "";
+}
+
+const char *tide_api_out_reasoning(const tide_api_out *o, size_t *len) {
+    const char *s = tide_outparse_reasoning(o->parser, len);
+    return s ? s : "";
+}
+
+size_t tide_api_out_ncalls(const tide_api_out *o) { return tide_outparse_ncalls(o->parser); }
+
+void tide_api_out_set_choice(tide_api_out *o, int index, int last) {
+    o->choice = index;
+    o->last_choice = last;
+}
+
 const char *tide_api_out_finish_reason(const tide_api_out *o) {
     switch (o->kind) {
+    case TIDE_API_COMPLETIONS: return o->fin == FIN_LENGTH ? "length" : "stop";
     case TIDE_API_CHAT: return o->fin == FIN_LENGTH ? "length" : o->fin == FIN_TOOLS ? "tool_calls" : "stop";
     case TIDE_API_MESSAGES:
         return o->fin == FIN_LENGTH ? "max_tokens" : o->fin == FIN_TOOLS ? "tool_use"

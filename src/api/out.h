@@ -55,6 +55,20 @@ char *tide_api_out_response(tide_api_out *o, tide_status *st);
 /* Streams an error in the API's way and ends the stream. */
 int tide_api_out_fail(tide_api_out *o, const char *message, tide_status *st);
 
+/* Also hands every parser event (reasoning and content deltas, tool
+ * calls) to fn, before the API's own events: the generation layer's plain
+ * text sink (api/gen.h). fn NULL: none. */
+void tide_api_out_set_tap(tide_api_out *o, tide_pev_fn fn, void *ud);
+/* n > 1 (Chat Completions): this output is choice `index`; only the last
+ * choice (`last`) writes the closing usage chunk and [DONE]. */
+void tide_api_out_set_choice(tide_api_out *o, int index, int last);
+
+/* The parsed output so far: content (stop sequence and what follows
+ * trimmed), reasoning, and the number of tool calls. */
+const char *tide_api_out_content(const tide_api_out *o, size_t *len);
+const char *tide_api_out_reasoning(const tide_api_out *o, size_t *len);
+size_t tide_api_out_ncalls(const tide_api_out *o);
+
 /* The finish reason as the API names it (after finish). */
 const char *tide_api_out_finish_reason(const tide_api_out *o);
 

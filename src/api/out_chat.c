@@ -19,7 +19,7 @@ static json_t *usage_json(const tide_api_out *o) {
 
 /* One chunk around `delta` (consumed); finish_reason NULL -> null. */
 static int chunk(tide_api_out *o, json_t *delta, const char *finish, tide_status *st) {
-    json_t *choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason",
+    json_t *choice = json_pack("{s:i, s:o, s:n, s:o}", "index", o->choice, "delta", delta, "logprobs", "finish_reason",
                                finish ? json_string(finish) : json_null());
     json_t *c = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", o->id, "object", "chat.completion.chunk", "created",
                           (json_int_t)o->created, "model", o->model, "choices", choice);
@@ -61,6 +61,7 @@ static int done(tide_api_out *o, tide_status *st) {
 
 static int finish(tide_api_out *o, tide_status *st) {
     if (chunk(o, json_object(), tide_api_out_finish_reason(o), st) != 0) return -1;
+    if (!o->last_choice) return 0; /* n > 1: the last choice to finish closes the stream */
     if (o->include_usage) {
         json_t *c = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", o->id, "object", "chat.completion.chunk",
                               "created", (json_int_t)o->created, "model", o->model, "choices", "usage", usage_json(o));
@@ -106,7 +107,7 @@ static json_t *response(tide_api_out *o) {
     if (json_array_size(calls)) json_object_set_new(msg, "tool_calls", calls);
     else json_decref(calls);
     return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:n, s:s}], s:o}", "id", o->id, "object", "chat.completion",
-                     "created", (json_int_t)o->created, "model", o->model, "choices", "index", 0, "message", msg,
+                     "created", (json_int_t)o->created, "model", o->model, "choices", "index", o->choice, "message", msg,
                      "logprobs", "finish_reason", tide_api_out_finish_reason(o), "usage", usage_json(o));
 }
 

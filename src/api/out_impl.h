@@ -47,6 +47,9 @@ struct tide_api_out {
     int64_t seq; /* Responses sequence_number */
     fin_kind fin;
     tide_usage usage;
+    tide_pev_fn tap; /* tide_api_out_set_tap */
+    void *tap_ud;
+    int choice, last_choice; /* n > 1: this choice's index; whether it closes the stream */
 };
 
 /* Sends one event: `obj` is consumed. Responses events get their
@@ -61,6 +64,6 @@ const char *tide_out_call_name(const tide_api_out *o, size_t call);
 /* The parser's matched stop sequence, or NULL. */
 const char *tide_out_stop_seq(const tide_api_out *o);
 
-extern const out_api tide_out_chat, tide_out_responses, tide_out_messages;
+extern const out_api tide_out_chat, tide_out_responses, tide_out_messages, tide_out_completions;
 
 #endif

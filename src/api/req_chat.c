@@ -146,8 +146,7 @@ static int read_format(tide_api_req *req, json_t *root, tide_api_err *err) {
 
 static int read_sampling(tide_api_req *req, json_t *root, int *max_given, tide_api_err *err) {
     tide_gen *g = &req->gen;
-    long long top_k = 0, max_tokens = 0, n = 1;
-    double ignored = 0;
+    long long top_k = 0, max_tokens = 0;
     int logprobs = 0;
     json_t *so;
     const char *model = NULL;
@@ -157,16 +156,13 @@ static int read_sampling(tide_api_req *req, json_t *root, int *max_given, tide_a
         tide_get_int(root, "top_k", "", -1, 1 << 20, &top_k, err) ||
         tide_get_int(root, "max_tokens", "", 1, 1 << 24, &max_tokens, err) ||
         tide_get_int(root, "max_completion_tokens", "", 1, 1 << 24, &max_tokens, err) ||
-        tide_get_int(root, "n", "", 1, 1 << 10, &n, err) || tide_get_stops(root, "stop", g, err) ||
+        tide_get_stops(root, "stop", g, err) ||
         tide_get_bool(root, "stream", "", &g->stream, err) ||
         tide_get_object(root, "stream_options", "", &so, err) ||
         tide_get_bool(so, "include_usage", "stream_options", &g->include_usage, err) ||
         tide_get_bool(root, "parallel_tool_calls", "", &g->parallel_tool_calls, err) ||
-        tide_get_bool(root, "logprobs", "", &logprobs, err) ||
-        tide_get_number(root, "frequency_penalty", "", -2, 2, &ignored, err) ||
-        tide_get_number(root, "presence_penalty", "", -2, 2, &ignored, err))
+        tide_get_bool(root, "logprobs", "", &logprobs, err) || tide_read_sampling_extras(root, g, 1, err))
         return -1;
-    if (n != 1) return tide_api_unsupported(err, "n", "only n = 1 is supported");
     if (logprobs) return tide_api_unsupported(err, "logprobs", "log probabilities are not supported yet");
     if (tide_get_seed(root, g, err)) return -1;
     g->top_k = top_k < 0 ? 0 : (int)top_k;

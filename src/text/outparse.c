@@ -48,6 +48,7 @@ struct tide_outparse {
     char *stops[TIDE_OUTPARSE_MAX_STOPS];
     size_t n_stops;
     const char *stop_hit;
+    int raw; /* completions: no tool markup, only stops and EOS */
     int json_mode, js_started, js_depth, js_in_str, js_esc, js_invalid, js_complete;
     tide_pev_fn fn;
     void *ud;
@@ -64,8 +65,10 @@ static size_t markers_for(const tide_outparse *p, marker *m) {
     switch (p->state) {
     case S_REASONING: n = mk(m, n, TIDE_TOK_END_THINK, A_END_THINK); break;
     case S_CONTENT:
-        n = mk(m, n, "\n\n" TIDE_DSML_CALLS_OPEN, A_CALLS_OPEN);
-        n = mk(m, n, TIDE_DSML_CALLS_OPEN, A_CALLS_OPEN);
+        if (!p->raw) {
+            n = mk(m, n, "\n\n" TIDE_DSML_CALLS_OPEN, A_CALLS_OPEN);
+            n = mk(m, n, TIDE_DSML_CALLS_OPEN, A_CALLS_OPEN);
+        }
         for (size_t i = 0; i < p->n_stops; i++) {
             n = mk(m, n, p->stops[i], A_STOP);
             m[n - 1].stop = i;
@@ -324,7 +327,8 @@ int tide_outparse_new(const tide_outparse_cfg *cfg, tide_outparse **out, tide_st
         return tide_fail(st, TIDE_ERR_INVALID, "more than %d stop sequences", TIDE_OUTPARSE_MAX_STOPS);
     tide_outparse *p = calloc(1, sizeof *p);
     if (!p) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
-    p->state = cfg->in_reasoning ? S_REASONING : S_CONTENT;
+    p->raw = cfg->raw;
+    p->state = cfg->in_reasoning && !cfg->raw ? S_REASONING : S_CONTENT;
     p->json_mode = cfg->json_mode;
     p->fn = cfg->fn;
     p->ud = cfg->ud;

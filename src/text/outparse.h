@@ -58,6 +58,8 @@ typedef enum tide_parse_end {
 typedef struct tide_outparse_cfg {
     int in_reasoning;          /* the prompt ended in <think> */
     int json_mode;             /* content is expected to be one JSON value */
+    int raw;                   /* raw text (completions): all content, only stop
+                                * sequences and <｜end▁of▁sentence｜> are markers */
     const char *const *stops;  /* copied */
     size_t n_stops;
     tide_pev_fn fn;            /* may be NULL: only accumulate */

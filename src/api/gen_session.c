@@ -1,0 +1,376 @@
+/* One generation session (api/gen.h): a request's prompt, its n choices
+ * (one engine request each) and their output streams:
+ *
+ *   token -> detokenizer (partial UTF-8 and partial added tokens held back)
+ *         -> the API output (api/out.h: parser -> events)
+ *
+ * A choice whose output ended by itself (a stop string, the end-of-sentence
+ * text, JSON mode's closed value) is cancelled after the step; the finish
+ * reason stays the parser's. The session ends (done) when every choice has
+ * finished. */
+#include "api/gen_session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/prompt_tok.h"
+#include "text/render.h"
+
+/* ---- building ---- */
+
+static int tokenize_completion(const tide_gen_engine *g, const tide_api_req *req, tide_tok_ids *ids, tide_status *st) {
+    if (req->prompt_ids) {
+        for (size_t i = 0; i < req->n_prompt_ids; i++)
+            if (tide_tok_ids_push(ids, req->prompt_ids[i], st) != 0) return -1;
+        return 0;
+    }
+    const char *text = req->prompt ? req->prompt : "";
+    size_t bos_len = strlen(TIDE_TOK_BOS);
+    if (req->prompt_len < bos_len || memcmp(text, TIDE_TOK_BOS, bos_len) != 0) {
+        int32_t bos = tide_tokenizer_token_id(g->tok, TIDE_TOK_BOS, bos_len);
+        if (bos >= 0 && tide_tok_ids_push(ids, bos, st) != 0) return -1;
+    }
+    return tide_tokenizer_encode(g->tok, text, req->prompt_len, 0, NULL, ids, st);
+}
+
+/* The prompt's ids, and whether generation starts in the reasoning. */
+static int prompt_ids(const tide_gen_engine *g, const tide_api_req *req, tide_tok_ids *ids, int *in_reasoning,
+                      tide_status *st) {
+    *in_reasoning = 0;
+    if (req->kind == TIDE_API_COMPLETIONS) return tokenize_completion(g, req, ids, st);
+    tide_prompt p = {0};
+    if (tide_render(&req->conv, &p, st) != 0) return -1;
+    *in_reasoning = p.in_reasoning;
+    int rc = tide_prompt_tokenize(g->tok, &p, NULL, ids, st);
+    tide_prompt_free(&p);
+    return rc;
+}
+
+int tide_gen_prompt_ids(const tide_gen_engine *g, const tide_api_req *req, tide_tok_ids *ids, int *in_reasoning,
+                        tide_status *st) {
+    return prompt_ids(g, req, ids, in_reasoning, st);
+}
+
+/* The sampler's parameters from the request's settings; the arrays are the
+ * session's own copies. */
+static int sampling(gen_session *s, const tide_gen *gen, tide_status *st) {
+    const tide_gen_engine *g = s->g;
+    tide_sampling_params *p = &s->sp;
+    *p = tide_sampling_params_default();
+    p->temperature = (float)gen->temperature;
+    p->top_p = (float)gen->top_p;
+    p->top_k = gen->top_k;
+    p->min_p = (float)gen->min_p;
+    p->frequency_penalty = (float)gen->frequency_penalty;
+    p->presence_penalty = (float)gen->presence_penalty;
+    p->repetition_penalty = (float)gen->repetition_penalty;
+    p->max_tokens = gen->max_tokens > 0 ? gen->max_tokens : 1;
+    p->seed = gen->seed;
+    s->has_seed = gen->has_seed;
+    if (gen->n_logit_bias) {
+        if (!(s->bias = malloc(gen->n_logit_bias * sizeof *s->bias))) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+        memcpy(s->bias, gen->logit_bias, gen->n_logit_bias * sizeof *s->bias);
+        p->logit_bias = s->bias;
+        p->n_logit_bias = (int32_t)gen->n_logit_bias;
+    }
+    size_t n_model = gen->ignore_eos ? 0 : g->n_stop_ids, n = n_model + gen->n_stop_token_ids;
+    if (n) {
+        if (!(s->stop_ids = malloc(n * sizeof *s->stop_ids))) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+        memcpy(s->stop_ids, g->stop_ids, n_model * sizeof *s->stop_ids);
+        if (gen->n_stop_token_ids) memcpy(s->stop_ids + n_model, gen->stop_token_ids, gen->n_stop_token_ids * sizeof *s->stop_ids);
+        p->stop_tokens = s->stop_ids;
+        p->n_stop_tokens = (int32_t)n;
+    }
+    return tide_sampling_params_check(p, g->vocab, st);
+}
+
+static int on_parsed(void *ud, const tide_pev *ev, tide_status *st);
+
+static int make_choice(gen_session *s, const tide_gen_input *in, int i, int in_reasoning, tide_status *st) {
+    gen_choice *c = &s->ch[i];
+    c->s = s;
+    c->index = i;
+    if (tide_api_out_new(in->req, in_reasoning, in->response_id, in->created, in->sink.sse, in->sink.ud, &c->out, st) != 0 ||
+        tide_detok_new(s->g->tok, TIDE_DETOK_HOLD_ADDED, &c->detok, st) != 0)
+        return -1;
+    tide_api_out_set_choice(c->out, i, i == s->n - 1);
+    tide_api_out_set_tap(c->out, on_parsed, c);
+    return 0;
+}
+
+int tide_gen_session_new(tide_gen_engine *g, const tide_gen_input *in, gen_session **out, tide_status *st) {
+    *out = NULL;
+    if (!in->req) return tide_fail(st, TIDE_ERR_INVALID, "tide_gen_submit: no request");
+    if (!in->sink.done) return tide_fail(st, TIDE_ERR_INVALID, "tide_gen_submit: the sink has no done callback");
+    const tide_gen *gen = &in->req->gen;
+    if (gen->n < 1 || gen->n > TIDE_GEN_MAX_N)
+        return tide_fail(st, TIDE_ERR_INVALID, "n: must be 1..%d, got %d", TIDE_GEN_MAX_N, gen->n);
+    gen_session *s = calloc(1, sizeof *s);
+    if (!s) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+    s->g = g;
+    s->sink = in->sink;
+    s->kind_stream = gen->stream;
+    s->n = gen->n;
+    s->cache_salt = in->cache_salt;
+    tide_tok_ids ids = {0};
+    int in_reasoning = 0, rc = -1;
+    if (!(s->ch = calloc((size_t)s->n, sizeof *s->ch))) {
+        tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (prompt_ids(g, in->req, &ids, &in_reasoning, st) != 0) goto done;
+    if (ids.n == 0) {
+        tide_fail(st, TIDE_ERR_INVALID, "the prompt is empty");
+        goto done;
+    }
+    for (size_t i = 0; i < ids.n; i++)
+        if (ids.ids[i] < 0 || ids.ids[i] >= g->vocab) {
+            tide_fail(st, TIDE_ERR_INVALID, "prompt token %zu: id %d is outside the vocabulary of %d", i,
+                      ids.ids[i], g->vocab);
+            goto done;
+        }
+    s->prompt = ids.ids;
+    s->n_prompt = (int64_t)ids.n;
+    ids.ids = NULL;
+    if (sampling(s, gen, st) != 0) goto done;
+    for (int i = 0; i < s->n; i++)
+        if (make_choice(s, in, i, in_reasoning, st) != 0) goto done;
+    rc = 0;
+done:
+    tide_tok_ids_free(&ids);
+    if (rc != 0) {
+        tide_gen_session_free(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+void tide_gen_session_free(gen_session *s) {
+    if (!s) return;
+    for (int i = 0; s->ch && i < s->n; i++) {
+        tide_api_out_free(s->ch[i].out);
+        tide_detok_free(s->ch[i].detok);
+        free(s->ch[i].ids);
+    }
+    free(s->ch);
+    free(s->error);
+    free(s->prompt);
+    free(s->bias);
+    free(s->stop_ids);
+    free(s);
+}
+
+/* ---- into the engine ---- */
+
+int tide_gen_session_submit(gen_session *s, tide_status *st) {
+    for (int i = 0; i < s->n; i++) {
+        tide_request r = tide_request_default();
+        r.prompt = s->prompt;
+        r.n_prompt = s->n_prompt;
+        r.sampling = s->sp;
+        r.sampling.seed = s->sp.seed + (uint64_t)i; /* n > 1: a seed per choice */
+        r.has_seed = s->has_seed;
+        r.cache_salt = s->cache_salt;
+        r.user = &s->ch[i];
+        if (tide_engine_submit(s->g->e, &r, &s->ch[i].rid, st) != 0) {
+            for (int k = 0; k < i; k++) { /* nothing half-queued */
+                tide_engine_release(s->g->e, s->ch[k].rid);
+                s->ch[k].rid = 0;
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- the end ---- */
+
+static void set_error(gen_session *s, const char *msg) {
+    if (!s->error) s->error = strdup(msg && *msg ? msg : "generation failed");
+}
+
+static tide_usage usage_of(const gen_session *s) {
+    tide_usage u = {.prompt_tokens = s->n_prompt};
+    int first = 1;
+    for (int i = 0; i < s->n; i++) {
+        const gen_choice *c = &s->ch[i];
+        if (!c->finished) continue;
+        u.completion_tokens += c->n_output;
+        u.reasoning_tokens += c->reasoning_tokens;
+        if (first) u.cached_tokens = c->n_cached, first = 0;
+    }
+    return u;
+}
+
+/* n > 1, not streaming: the last choice's response (it has the summed
+ * usage) with every choice's entry, in index order. */
+static char *merged_response(gen_session *s, tide_status *st) {
+    char *base = tide_api_out_response(s->ch[s->last_finished].out, st);
+    if (!base || s->n == 1) return base;
+    json_t *r = json_loads(base, 0, NULL), *choices = json_array();
+    free(base);
+    for (int i = 0; r && choices && i < s->n; i++) {
+        char *one = tide_api_out_response(s->ch[i].out, st);
+        json_t *o = one ? json_loads(one, 0, NULL) : NULL;
+        free(one);
+        json_t *c = o ? json_array_get(json_object_get(o, "choices"), 0) : NULL;
+        if (c) json_array_append(choices, c);
+        json_decref(o);
+    }
+    char *out = NULL;
+    if (r && choices && json_array_size(choices) == (size_t)s->n) {
+        json_object_set(r, "choices", choices);
+        out = json_dumps(r, JSON_COMPACT);
+    }
+    json_decref(choices);
+    json_decref(r);
+    if (!out) tide_fail(st, TIDE_ERR_NOMEM, "out of memory merging the choices");
+    return out;
+}
+
+static void complete(gen_session *s) {
+    tide_gen_engine *g = s->g;
+    tide_gen_result r = {.id = s->id};
+    tide_status st = {0};
+    char *resp = NULL;
+    const gen_choice *c0 = &s->ch[0];
+    if (!s->error && !s->cancelled && !s->kind_stream && !(resp = merged_response(s, &st))) set_error(s, st.msg);
+    r.error = s->error;
+    r.response = resp;
+    r.response_len = resp ? strlen(resp) : 0;
+    r.cancelled = s->cancelled && !s->error;
+    r.finish_reason = s->error ? "error" : s->cancelled ? "cancelled" : tide_api_out_finish_reason(c0->out);
+    r.usage = usage_of(s);
+    r.output = c0->ids;
+    r.n_output = c0->n_output;
+    r.content = tide_api_out_content(c0->out, &r.content_len);
+    r.reasoning = tide_api_out_reasoning(c0->out, &r.reasoning_len);
+    r.n_calls = tide_api_out_ncalls(c0->out);
+    s->sink.done(s->sink.ud, &r);
+    free(resp);
+    tide_gen_unlink_active(g, s);
+    pthread_mutex_lock(&g->mu);
+    g->stats.sessions_active--;
+    g->stats.sessions_done++;
+    pthread_mutex_unlock(&g->mu);
+    tide_gen_session_free(s);
+}
+
+void tide_gen_session_abort(gen_session *s, const char *error) {
+    if (error) set_error(s, error);
+    else s->cancelled = 1;
+    complete(s);
+}
+
+void tide_gen_session_cancel(gen_session *s) {
+    s->cancelled = 1;
+    s->cancel_pending = 0;
+    /* The FINISHED events of the cancels end it; the last one frees s, so
+     * the ids are taken first. */
+    tide_request_id rids[TIDE_GEN_MAX_N];
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->ch[i].rid && !s->ch[i].finished) rids[n++] = s->ch[i].rid;
+    if (n == 0) { /* never reached the engine */
+        complete(s);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        tide_status st = {0};
+        (void)tide_engine_cancel(s->g->e, rids[i], &st); /* a known, unfinished id: cannot fail */
+    }
+}
+
+/* ---- the stream ---- */
+
+static int on_parsed(void *ud, const tide_pev *ev, tide_status *st) {
+    gen_choice *c = ud;
+    if (ev->kind == TIDE_PEV_REASONING) c->saw_reasoning = 1;
+    if (c->index == 0 && c->s->sink.text) return c->s->sink.text(c->s->sink.ud, ev, st);
+    return 0;
+}
+
+static int is_stop_id(const gen_session *s, int32_t t) {
+    for (int32_t i = 0; i < s->sp.n_stop_tokens; i++)
+        if (s->sp.stop_tokens[i] == t) return 1;
+    return 0;
+}
+
+/* The output failed (the sink gave up, out of memory): the session is
+ * cancelled after the step. */
+static void stream_failed(gen_session *s, const tide_status *st) {
+    if (st->code != TIDE_OK && st->code != TIDE_ERR_IO) set_error(s, st->msg);
+    s->cancel_pending = 1;
+}
+
+static void feed(gen_choice *c, const char *text, size_t len) {
+    gen_session *s = c->s;
+    if (len == 0 || s->cancel_pending || s->cancelled) return;
+    tide_status st = {0};
+    if (tide_api_out_text(c->out, text, len, &st) != 0) stream_failed(s, &st);
+    else if (!c->ended && tide_api_out_ended(c->out)) c->ended = 1;
+}
+
+static void on_token(gen_choice *c, const tide_event *ev) {
+    gen_session *s = c->s;
+    if (s->cancelled || c->ended) return;
+    if (s->sink.token) {
+        tide_gen_token t = {.id = ev->token};
+        s->sink.token(s->sink.ud, c->index, &t);
+    }
+    if (is_stop_id(s, ev->token)) return; /* the engine ends it; its text is not output */
+    const char *text;
+    size_t len;
+    tide_status st = {0};
+    c->saw_reasoning = 0;
+    if (tide_detok_push(c->detok, ev->token, &text, &len, &st) != 0) {
+        set_error(s, st.msg);
+        s->cancel_pending = 1;
+        return;
+    }
+    feed(c, text, len);
+    c->reasoning_tokens += c->saw_reasoning;
+}
+
+static void on_finished(gen_choice *c, const tide_event *ev) {
+    gen_session *s = c->s;
+    tide_gen_defer_release(s->g, ev->id);
+    c->finished = 1;
+    c->reason = ev->reason;
+    c->n_output = ev->n_output;
+    c->n_cached = ev->n_cached;
+    if (ev->n_output > 0 && (c->ids = malloc((size_t)ev->n_output * sizeof *c->ids)))
+        memcpy(c->ids, ev->output, (size_t)ev->n_output * sizeof *c->ids);
+    if (ev->reason == TIDE_FINISH_ERROR) {
+        set_error(s, ev->error);
+        s->cancel_pending = 1; /* the other choices stop too */
+    }
+    tide_status st = {0};
+    const char *text;
+    size_t len;
+    if (tide_detok_finish(c->detok, &text, &len, &st) == 0) feed(c, text, len);
+    s->last_finished = c->index;
+    int last = s->n_finished + 1 == s->n;
+    if (!s->cancelled && !s->error && !s->cancel_pending) {
+        tide_usage u;
+        s->n_finished++; /* counted in the usage */
+        u = usage_of(s);
+        s->n_finished--;
+        tide_gen_end end = ev->reason == TIDE_FINISH_LENGTH && !c->ended ? TIDE_GEN_LENGTH : TIDE_GEN_STOP;
+        tide_api_out_set_choice(c->out, c->index, last);
+        if (tide_api_out_finish(c->out, end, &u, &st) != 0) stream_failed(s, &st);
+    } else if (s->error && s->kind_stream && last) {
+        (void)tide_api_out_fail(c->out, s->error, &st);
+    }
+    if (++s->n_finished == s->n) complete(s);
+}
+
+void tide_gen_on_event(void *ctx, const tide_event *ev) {
+    (void)ctx;
+    gen_choice *c = ev->user;
+    if (!c) return;
+    if (ev->kind == TIDE_EVENT_TOKEN) on_token(c, ev);
+    else if (ev->kind == TIDE_EVENT_FINISHED) on_finished(c, ev);
+}
