@@ -11,9 +11,9 @@
  *
  * HTTP is libmicrohttpd's (its internal epoll thread pool); streaming
  * responses suspend their connection while they wait for tokens and the
- * engine thread resumes them. One engine thread drives the engine (it is
- * not thread-safe); HTTP threads parse, render and tokenize requests and
- * hand them over through a queue. Routes, limits and metrics: docs/serve.md. */
+ * generation layer's engine thread (api/gen.h) resumes them. HTTP threads
+ * parse requests and submit them to the generation layer. Routes, limits
+ * and metrics: docs/serve.md. */
 #ifndef TIDE_SERVE_SERVE_H
 #define TIDE_SERVE_SERVE_H
 
@@ -24,7 +24,7 @@
 #include "tide.h"
 
 typedef struct tide_serve_config {
-    tide_engine_config engine; /* model_dir, threads, KV pool, ... (on_event is the server's) */
+    tide_engine_config engine; /* model_dir, threads, KV pool, ... (on_event is the generation layer's) */
     const char *host;          /* listen address; default "127.0.0.1" */
     int port;                  /* 0 = any free port (tide_server_port says which) */
     const char *api_key;       /* NULL/"" = no auth; else Bearer or x-api-key must match */
@@ -43,7 +43,7 @@ tide_serve_config tide_serve_config_default(void);
 typedef struct tide_server tide_server;
 
 /* Starts listening at once (requests get 503 while the model loads) and
- * loads the model on the engine thread. Fails when the address cannot be
+ * loads the model on a loader thread. Fails when the address cannot be
  * bound; a model that fails to load is reported by tide_server_wait_ready. */
 int tide_server_start(const tide_serve_config *cfg, tide_server **out, tide_status *st);
 /* Waits until the model is loaded (0) or failed to load (-1, st says why). */

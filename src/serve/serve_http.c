@@ -4,7 +4,7 @@
  * response whose reader suspends the connection until the engine thread has
  * more SSE bytes, or (non-streaming) a connection suspended in the access
  * handler until the whole body is ready. A request whose connection closes
- * before its job finished cancels the job (serve_engine.c frees its KV). */
+ * before its job finished cancels its session (which frees its KV pages). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -117,9 +117,15 @@ static enum MHD_Result dispatch(tide_server *srv, struct MHD_Connection *c, cons
         return queue_buffer(srv, c, rp.status, rp.ctype, rp.body, rp.len);
     }
     serve_job *j = rp.job;
-    cx->job = j;
     j->conn = c;
-    serve_engine_enqueue(srv, j);
+    if (serve_job_submit(j, &rp) != 0) {
+        pthread_mutex_lock(&srv->mu);
+        serve_job_unref(j);
+        pthread_mutex_unlock(&srv->mu);
+        cx->answered = 1;
+        return queue_buffer(srv, c, rp.status, rp.ctype, rp.body, rp.len);
+    }
+    cx->job = j;
     if (j->stream) {
         cx->answered = 1;
         return start_stream(srv, c, j);
@@ -165,7 +171,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         j->suspended = 0;
         if (!j->finished) {
             j->cancel = 1;
-            pthread_cond_signal(&srv->cv);
+            srv->metrics.disconnects++;
+            if (j->gid && srv->gen) tide_gen_cancel(srv->gen, j->gid); /* frees its KV pages */
         }
         serve_job_unref(j);
         pthread_mutex_unlock(&srv->mu);

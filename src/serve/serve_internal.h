@@ -2,9 +2,9 @@
  *
  * Threads: libmicrohttpd's pool runs serve_http.c and serve_route.c (parse,
  * render, tokenize: everything that can refuse a request happens there);
- * one engine thread (serve_engine.c) owns the engine, the jobs' detokenizers
- * and output formatters. They meet in `mu`: the queue of new jobs, each
- * job's output buffer and flags, the metrics. */
+ * the generation layer's engine thread (api/gen.h) runs the sessions and
+ * calls the jobs' sinks. They meet in `mu`: each job's output buffer and
+ * flags, the list of active jobs, the metrics. */
 #ifndef TIDE_SERVE_SERVE_INTERNAL_H
 #define TIDE_SERVE_SERVE_INTERNAL_H
 
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "api/api.h"
+#include "api/gen.h"
 #include "api/out.h"
 #include "serve/serve.h"
 #include "text/outparse.h"
@@ -30,13 +31,12 @@ typedef enum serve_state {
     SERVE_DRAINING,
 } serve_state;
 
-/* The generation routes; the first three are tide_api_kind's values. */
-typedef enum serve_api {
-    SERVE_CHAT = TIDE_API_CHAT,
-    SERVE_RESPONSES = TIDE_API_RESPONSES,
-    SERVE_MESSAGES = TIDE_API_MESSAGES,
-    SERVE_COMPLETIONS, /* legacy /v1/completions: raw prompt text, no template */
-} serve_api;
+/* The generation routes are tide_api_kind's (api/api.h). */
+typedef tide_api_kind serve_api;
+#define SERVE_CHAT TIDE_API_CHAT
+#define SERVE_RESPONSES TIDE_API_RESPONSES
+#define SERVE_MESSAGES TIDE_API_MESSAGES
+#define SERVE_COMPLETIONS TIDE_API_COMPLETIONS
 
 /* ---- metrics (serve_metrics.c) ---- */
 #define SERVE_HIST_BUCKETS 14
@@ -59,47 +59,30 @@ typedef struct serve_metrics {
 void serve_hist_add(serve_hist *h, double seconds);
 void serve_metrics_count_status(serve_metrics *m, int status);
 
-/* ---- jobs: one generation request (serve_job.c) ---- */
+/* ---- jobs: one generation request (serve_job.c) ----
+ * The generation itself is the generation layer's (api/gen.h); a job is the
+ * HTTP side of one session: the bytes waiting for the connection, and the
+ * flags both threads look at. */
 typedef struct serve_job serve_job;
 struct serve_job {
     tide_server *srv;
-    int refs;              /* under mu: the HTTP side's and the engine side's */
+    int refs;              /* under mu: the HTTP side's and the session's */
     serve_api api;
     int stream;
-    tide_api_req req;      /* chat / responses / messages */
-    int has_req;
-    /* completions */
-    tide_gen cgen;         /* its settings (stops, seed, max tokens) */
-    tide_outparse *cparse; /* stop strings on raw text */
-    tide_sb ctext;         /* the text so far (non-streaming) */
-    int c_echo;
-    char *c_prompt;
-    int in_reasoning;
+    tide_api_req req;      /* parsed on the HTTP thread; handed to tide_gen_submit */
+    tide_gen_id gid;       /* the session, once submitted */
     char id[48];
-    int64_t created;
-    int32_t *prompt;
-    int64_t n_prompt;
-    int32_t stop_ids[4];
-    tide_request ereq;     /* prompt + sampling; submitted by the engine thread */
-    tide_request_id eid;   /* 0 until submitted */
-    tide_api_out *out;     /* engine thread only */
-    tide_detok *detok;     /* engine thread only */
-    int ended;             /* the output parser said stop: cancel the engine request */
-    int failed;            /* an error was written instead of the output */
-    int eng_done;          /* the engine finished it: release and finalize */
-    int cancel_sent;       /* tide_engine_cancel was called */
-    int timed_out;
-    int64_t n_gen, n_cached;
-    double t_arrive, t_first, t_last; /* monotonic seconds */
+    double t_arrive, t_first, t_last; /* monotonic seconds; t_* on the engine thread */
     /* under mu */
     tide_sb buf;           /* SSE bytes, or the whole response body */
     size_t off;            /* bytes of buf handed to the connection */
-    int finished;          /* buf is complete */
+    int finished;          /* buf is complete (the session's done came) */
     int status;            /* non-streaming: the HTTP status of buf */
-    int cancel;            /* the client went away (or the server stops) */
+    int cancel;            /* the client went away: the session is cancelled */
+    int timed_out;
     int suspended;         /* the connection waits for resume */
     struct MHD_Connection *conn; /* NULL once the HTTP side is done */
-    serve_job *next, *prev; /* srv->pending or srv->active */
+    serve_job *next, *prev; /* srv->active */
 };
 
 /* Builds a job from a request body, or fills the error reply. */
@@ -113,33 +96,30 @@ typedef struct serve_reply {
 
 int serve_job_new(tide_server *srv, serve_api api, const char *body, size_t len, serve_job **out,
                   serve_reply *err);
+/* Hands the job to the generation layer (after j->conn is set); fails with
+ * the error reply when it refuses the request. */
+int serve_job_submit(serve_job *j, serve_reply *err);
 void serve_job_unref(serve_job *j); /* under mu */
-/* The SSE sink for api/out.h (engine thread; takes mu). */
-int serve_job_sse(void *ud, const char *event, const char *data, size_t len, tide_status *st);
 
 /* ---- the server ---- */
 struct tide_server {
     tide_serve_config cfg;
     char *model_dir, *model_name, *tok_path, *api_key, *host;
-    tide_tokenizer *tok;
-    tide_engine *engine;
-    int64_t ctx_len;       /* the model's context (prompt + output) */
+    tide_gen_engine *gen;  /* NULL until loaded */
     struct MHD_Daemon *mhd;
     int port;
-    pthread_t engine_thread;
-    int engine_started;
+    pthread_t loader;      /* loads the model, then watches the timeouts */
+    int loader_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* under mu */
     serve_state state;
     int quit;
     tide_status load_st;
-    serve_job *pending;    /* waiting for the engine thread to submit them */
-    serve_job *active;     /* submitted, not finished */
-    int64_t n_jobs;        /* pending + active + finished but not yet sent */
+    serve_job *active;     /* submitted, not done */
+    int64_t n_jobs;        /* accepted and not yet done */
     int64_t id_seq;
     serve_metrics metrics;
-    tide_engine_stats stats; /* the engine thread's last snapshot */
 };
 
 double serve_now(void);
@@ -159,8 +139,6 @@ typedef struct serve_http_req {
     void *ud;
 } serve_http_req;
 void serve_route(tide_server *srv, const serve_http_req *rq, serve_reply *rp);
-/* Queues a job for the engine thread (takes mu). */
-void serve_engine_enqueue(tide_server *srv, serve_job *j);
 /* Route of a path for error shapes (404 etc. use the OpenAI shape). */
 serve_api serve_api_of_path(const char *path);
 
@@ -171,18 +149,12 @@ void serve_count_tokens(tide_server *srv, const char *body, size_t len, serve_re
 void serve_metrics_text(tide_server *srv, serve_reply *rp);
 void serve_health(tide_server *srv, serve_reply *rp);
 
-/* Completions (serve_completions.c): the body's fields into j, and the
- * engine thread's output side. */
-int serve_completions_parse(serve_job *j, const char *body, size_t len, serve_reply *err);
-int serve_completions_text(serve_job *j, const char *text, size_t len, tide_status *st);
-int serve_completions_finish(serve_job *j, const char *finish, const tide_usage *u, tide_status *st);
-
 /* libmicrohttpd (serve_http.c). */
 int serve_http_start(tide_server *srv, tide_status *st);
 void serve_http_stop(tide_server *srv);
 
-/* Engine thread (serve_engine.c). */
-void *serve_engine_main(void *arg);
+/* The loader thread (serve_server.c). */
+void *serve_loader_main(void *arg);
 
 /* A server around an engine the caller made (tests and the fuzzer: no
  * model load, no HTTP). */

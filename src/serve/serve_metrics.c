@@ -50,7 +50,10 @@ void serve_metrics_text(tide_server *srv, serve_reply *rp) {
     tide_sb_init(&b);
     pthread_mutex_lock(&srv->mu);
     const serve_metrics *m = &srv->metrics;
-    const tide_engine_stats *s = &srv->stats;
+    tide_gen_stats gs;
+    memset(&gs, 0, sizeof gs);
+    if (srv->gen) tide_gen_get_stats(srv->gen, &gs);
+    const tide_engine_stats *s = &gs.engine;
     tide_sb_add(&b, "# HELP tide_requests_total HTTP responses by status code\n# TYPE tide_requests_total counter\n");
     for (int i = 0; i < m->n_codes; i++)
         tide_sb_addf(&b, "tide_requests_total{code=\"%d\"} %" PRId64 "\n", m->codes[i], m->code_counts[i]);
@@ -91,7 +94,10 @@ void serve_metrics_text(tide_server *srv, serve_reply *rp) {
 void serve_health(tide_server *srv, serve_reply *rp) {
     pthread_mutex_lock(&srv->mu);
     serve_state s = srv->state;
-    const tide_engine_stats *e = &srv->stats;
+    tide_gen_stats gs;
+    memset(&gs, 0, sizeof gs);
+    if (srv->gen) tide_gen_get_stats(srv->gen, &gs);
+    const tide_engine_stats *e = &gs.engine;
     static const char *const names[] = {"loading", "ok", "failed", "draining"};
     json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "status", names[s], "model", srv->model_name,
                           "in_flight", (json_int_t)srv->n_jobs, "waiting", (json_int_t)e->n_waiting, "running",

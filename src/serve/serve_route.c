@@ -32,9 +32,8 @@ static int authorized(tide_server *srv, const serve_http_req *rq) {
 }
 
 static void models(tide_server *srv, serve_reply *rp) {
-    json_t *o = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list", "data", "id", srv->model_name,
-                          "object", "model", "created", (json_int_t)0, "owned_by", "tide", "max_model_len",
-                          (json_int_t)srv->ctx_len);
+    json_t *o = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", srv->model_name,
+                          "object", "model", "created", (json_int_t)0, "owned_by", "tide");
     serve_reply_json(rp, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
     json_decref(o);
 }

@@ -1,5 +1,5 @@
 /* The server's life: configuration defaults, start (listen first, load the
- * model on the engine thread), drain, stop; and the small helpers every
+ * model on the loader thread), drain, stop; and the small helpers every
  * route uses (error bodies in each API's shape, the clock). */
 #include <stdarg.h>
 #include <stdio.h>
@@ -97,8 +97,7 @@ int serve_server_new(const tide_serve_config *cfg, tide_server **out, tide_statu
 
 void serve_server_free(tide_server *s) {
     if (!s) return;
-    tide_engine_destroy(s->engine);
-    tide_tokenizer_free(s->tok);
+    tide_gen_destroy(s->gen);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->model_dir), free(s->host), free(s->api_key), free(s->model_name), free(s->tok_path);
@@ -112,14 +111,50 @@ int tide_server_start(const tide_serve_config *cfg, tide_server **out, tide_stat
         serve_server_free(s);
         return -1;
     }
-    if (pthread_create(&s->engine_thread, NULL, serve_engine_main, s) != 0) {
+    if (pthread_create(&s->loader, NULL, serve_loader_main, s) != 0) {
         serve_http_stop(s);
         serve_server_free(s);
-        return tide_fail(st, TIDE_ERR_INTERNAL, "serve: cannot start the engine thread");
+        return tide_fail(st, TIDE_ERR_INTERNAL, "serve: cannot start the loader thread");
     }
-    s->engine_started = 1;
+    s->loader_started = 1;
     *out = s;
     return 0;
+}
+
+/* Ends requests that ran past the timeout (their done answers 504). */
+static void watch_timeouts(tide_server *s) {
+    double now = serve_now();
+    for (serve_job *j = s->active; j; j = j->next)
+        if (!j->timed_out && j->gid && now - j->t_arrive > s->cfg.timeout_s) {
+            j->timed_out = 1;
+            s->metrics.timeouts++;
+            tide_gen_cancel(s->gen, j->gid);
+        }
+}
+
+/* Loads the model (requests get 503 meanwhile), starts the generation
+ * layer's engine thread, then wakes every 100 ms for the timeouts. */
+void *serve_loader_main(void *arg) {
+    tide_server *s = arg;
+    tide_status st = {0};
+    tide_gen_engine *g = NULL;
+    int ok = tide_gen_create(&s->cfg.engine, s->tok_path, &g, &st) == 0 && tide_gen_start(g, &st) == 0;
+    if (!ok) tide_gen_destroy(g), g = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->gen = g;
+    if (ok) s->state = s->state == SERVE_DRAINING ? SERVE_DRAINING : SERVE_READY;
+    else s->state = SERVE_FAILED, s->load_st = st;
+    pthread_cond_broadcast(&s->cv);
+    while (!s->quit) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        if (ok && s->cfg.timeout_s > 0) watch_timeouts(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
 }
 
 int tide_server_wait_ready(tide_server *s, tide_status *st) {
@@ -149,13 +184,21 @@ int tide_server_idle(tide_server *s) {
 void tide_server_stop(tide_server *s) {
     if (!s) return;
     tide_server_drain(s);
-    if (s->engine_started) { /* cancels what is left, finishes every job, resumes their connections */
+    if (s->loader_started) {
         pthread_mutex_lock(&s->mu);
         s->quit = 1;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        pthread_join(s->engine_thread, NULL);
+        pthread_join(s->loader, NULL);
     }
+    /* Cancels what is left: every session's done runs, which finishes its
+     * job and resumes its connection, so no connection stays suspended
+     * when the daemon stops. */
+    pthread_mutex_lock(&s->mu);
+    tide_gen_engine *g = s->gen;
+    s->gen = NULL;
+    pthread_mutex_unlock(&s->mu);
+    tide_gen_destroy(g);
     serve_http_stop(s);
     serve_server_free(s);
 }

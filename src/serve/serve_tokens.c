@@ -1,13 +1,13 @@
 /* /tokenize, /detokenize and Anthropic's /v1/messages/count_tokens.
  * /tokenize takes {"prompt": TEXT} (tokenized as is, special tokens
  * matched) or a chat body with "messages" (rendered with the V4.1 template
- * first, as the chat route would); it answers {"tokens", "count",
- * "max_model_len"}. /detokenize takes {"tokens": [ids]} -> {"prompt"}. */
+ * first, as the chat route would); it answers {"tokens", "count"}. /detokenize takes {"tokens": [ids]} -> {"prompt"}. */
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
+#include "api/gen_session.h" /* tide_gen_prompt_ids */
 #include "serve/serve_internal.h"
 
 static json_t *load_object(const char *body, size_t len, serve_api api, serve_reply *rp) {
@@ -19,12 +19,10 @@ static json_t *load_object(const char *body, size_t len, serve_api api, serve_re
     return NULL;
 }
 
-static void ids_reply(tide_server *srv, const int32_t *ids, size_t n, serve_reply *rp) {
+static void ids_reply(const int32_t *ids, size_t n, serve_reply *rp) {
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
-    json_t *o = a ? json_pack("{s:o, s:I, s:I}", "tokens", a, "count", (json_int_t)n, "max_model_len",
-                              (json_int_t)srv->ctx_len)
-                  : NULL;
+    json_t *o = a ? json_pack("{s:o, s:I}", "tokens", a, "count", (json_int_t)n) : NULL;
     serve_reply_json(rp, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
     json_decref(o);
 }
@@ -36,18 +34,27 @@ void serve_tokenize(tide_server *srv, const char *body, size_t len, serve_reply 
     if (json_is_string(p)) {
         tide_tok_ids ids = {0};
         tide_status st = {0};
-        if (tide_tokenizer_encode(srv->tok, json_string_value(p), json_string_length(p), 0, NULL, &ids, &st) != 0)
+        if (tide_tokenizer_encode(tide_gen_tokenizer(srv->gen), json_string_value(p), json_string_length(p), 0, NULL,
+                                  &ids, &st) != 0)
             serve_error(rp, SERVE_CHAT, 400, "invalid_request_error", "prompt", "prompt: %s", st.msg);
-        else ids_reply(srv, ids.ids, ids.n, rp);
+        else ids_reply(ids.ids, ids.n, rp);
         tide_tok_ids_free(&ids);
     } else if (json_object_get(o, "messages")) {
-        serve_job *j;
-        if (serve_job_new(srv, SERVE_CHAT, body, len, &j, rp) == 0) {
-            ids_reply(srv, j->prompt, (size_t)j->n_prompt, rp);
-            pthread_mutex_lock(&srv->mu);
-            serve_job_unref(j);
-            pthread_mutex_unlock(&srv->mu);
+        tide_api_req req;
+        tide_api_err ae;
+        memset(&ae, 0, sizeof ae);
+        tide_tok_ids ids = {0};
+        int in_reasoning;
+        tide_status st = {0};
+        if (tide_api_parse(TIDE_API_CHAT, body, len, &req, &ae) != 0)
+            serve_error(rp, SERVE_CHAT, 400, "invalid_request_error", ae.param[0] ? ae.param : NULL, "%s", ae.st.msg);
+        else {
+            if (tide_gen_prompt_ids(srv->gen, &req, &ids, &in_reasoning, &st) != 0)
+                serve_error(rp, SERVE_CHAT, 400, "invalid_request_error", "messages", "%s", st.msg);
+            else ids_reply(ids.ids, ids.n, rp);
+            tide_api_req_free(&req);
         }
+        tide_tok_ids_free(&ids);
     } else {
         serve_error(rp, SERVE_CHAT, 400, "invalid_request_error", "prompt", "expected \"prompt\" (a string) or \"messages\"");
     }
@@ -60,7 +67,8 @@ void serve_detokenize(tide_server *srv, const char *body, size_t len, serve_repl
     json_t *a = json_object_get(o, "tokens");
     size_t n = json_is_array(a) ? json_array_size(a) : 0;
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
-    uint32_t vocab = tide_tokenizer_n_ids(srv->tok);
+    const tide_tokenizer *tok = tide_gen_tokenizer(srv->gen);
+    uint32_t vocab = tide_tokenizer_n_ids(tok);
     int ok = json_is_array(a) && ids;
     for (size_t i = 0; ok && i < n; i++) {
         json_t *x = json_array_get(a, i);
@@ -73,7 +81,7 @@ void serve_detokenize(tide_server *srv, const char *body, size_t len, serve_repl
     if (!ok)
         serve_error(rp, SERVE_CHAT, 400, "invalid_request_error", "tokens",
                     "tokens: expected an array of token ids in [0, %u)", vocab);
-    else if (tide_detok_decode_all(srv->tok, 0, ids, n, &text, &tlen, &st) != 0)
+    else if (tide_detok_decode_all(tok, 0, ids, n, &text, &tlen, &st) != 0)
         serve_error(rp, SERVE_CHAT, 400, "invalid_request_error", "tokens", "tokens: %s", st.msg);
     else {
         json_t *r = json_pack("{s:s%}", "prompt", text, tlen);
@@ -86,12 +94,22 @@ void serve_detokenize(tide_server *srv, const char *body, size_t len, serve_repl
 }
 
 void serve_count_tokens(tide_server *srv, const char *body, size_t len, serve_reply *rp) {
-    serve_job *j;
-    if (serve_job_new(srv, SERVE_MESSAGES, body, len, &j, rp) != 0) return;
-    json_t *o = json_pack("{s:I}", "input_tokens", (json_int_t)j->n_prompt);
-    serve_reply_json(rp, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
-    json_decref(o);
-    pthread_mutex_lock(&srv->mu);
-    serve_job_unref(j);
-    pthread_mutex_unlock(&srv->mu);
+    tide_api_req req;
+    tide_api_err ae;
+    memset(&ae, 0, sizeof ae);
+    if (tide_api_parse(TIDE_API_MESSAGES, body, len, &req, &ae) != 0) {
+        serve_error(rp, SERVE_MESSAGES, ae.http_status ? ae.http_status : 400, "invalid_request_error", NULL, "%s",
+                    ae.st.msg);
+        return;
+    }
+    int64_t n = 0;
+    tide_status st = {0};
+    if (tide_gen_count_tokens(srv->gen, &req, &n, &st) != 0) {
+        serve_error(rp, SERVE_MESSAGES, 400, "invalid_request_error", NULL, "%s", st.msg);
+    } else {
+        json_t *o = json_pack("{s:I}", "input_tokens", (json_int_t)n);
+        serve_reply_json(rp, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
+        json_decref(o);
+    }
+    tide_api_req_free(&req);
 }
