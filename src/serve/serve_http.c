@@ -205,12 +205,19 @@ int serve_http_start(tide_server *srv, tide_status *st) {
     } else {
         return tide_fail(st, TIDE_ERR_INVALID, "--host '%s': not an IPv4 or IPv6 address", srv->host);
     }
-    srv->mhd = MHD_start_daemon(flags, (uint16_t)srv->cfg.port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-                                (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
-                                (unsigned)(srv->cfg.http_threads > 0 ? srv->cfg.http_threads : 1),
-                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_NOTIFY_COMPLETED,
-                                on_completed, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_END);
+    /* One polling thread, or a pool of them (libmicrohttpd warns about a
+     * pool of one). Idle keep-alive connections close after 120 s. */
+    struct MHD_OptionItem opts[] = {
+        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, srv},
+        {MHD_OPTION_SOCK_ADDR, 0, &ss},
+        {MHD_OPTION_CONNECTION_LIMIT, srv->cfg.max_connections, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv},
+        {srv->cfg.http_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, srv->cfg.http_threads, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    srv->mhd = MHD_start_daemon(flags, (uint16_t)srv->cfg.port, NULL, NULL, on_request, srv, MHD_OPTION_ARRAY, opts,
+                                MHD_OPTION_END);
     if (!srv->mhd)
         return tide_fail(st, TIDE_ERR_IO, "cannot listen on %s port %d (in use, or not an address of this machine)",
                          srv->host, srv->cfg.port);
