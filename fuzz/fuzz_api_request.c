@@ -1,5 +1,5 @@
-/* Fuzz target for the three request converters. The first byte selects
- * the API (Chat Completions, Responses, Messages); the rest is the request
+/* Fuzz target for the request converters. The first byte selects the API
+ * (Chat Completions, Responses, Messages, Completions); the rest is the request
  * body. A request that parses is rendered and run through the output side
  * with a fixed sample output; one that does not must produce an error body
  * that is valid JSON. Nothing may crash or leak. */
@@ -22,7 +22,7 @@ static const char OUTPUT[] = "r</think>text\n\n<\xef\xbd\x9c" "DSML\xef\xbd\x9c 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    tide_api_kind kind = (tide_api_kind)(data[0] % 3);
+    tide_api_kind kind = (tide_api_kind)(data[0] % 4);
     tide_api_req req;
     tide_api_err err;
     if (tide_api_parse(kind, (const char *)data + 1, size - 1, &req, &err) != 0) {

@@ -76,6 +76,13 @@ typedef struct tide_event {
     tide_finish_reason reason; /* FINISHED */
     const char *error;         /* FINISHED with ERROR: the message; else NULL */
     int64_t n_cached;          /* tokens served by the prefix cache (tide_request_info.n_cached) */
+    /* TOKEN, when the request's sampling asked (want_logprobs / top_logprobs):
+     * the token's log probability under the raw logits and the n_top best
+     * tokens with theirs (valid during the callback); else 0 / NULL. */
+    float logprob;
+    int32_t n_top;
+    const int32_t *top_ids;
+    const float *top_logprobs;
 } tide_event;
 
 /* Called from inside tide_engine_step / _run / _cancel. It must not call the
@@ -117,6 +124,14 @@ typedef struct tide_engine_config {
      * writes are saved, and in the chunking-invariant mode the result is
      * exactly that of a cold prefill. */
     int64_t prefix_replay;
+    /* Pages a request computes after a bounded-replay hit (prefix_replay >=
+     * 0 and the hit longer than it) follow the replay's approximation of
+     * the window rings, and so do those after a hit on such a page. 0
+     * (default): they stay private to the request, so the approximation
+     * never spreads to later requests; 1: they are cached too (marked
+     * inexact; counted in tide_engine_stats). docs/engine.md, "Inexact
+     * pages". */
+    int prefix_cache_inexact;
     tide_event_fn on_event;    /* optional */
     void *event_ctx;
     /* Overlapped scheduling (docs/engine.md, "Overlapped scheduling"):
@@ -139,9 +154,12 @@ typedef struct tide_request {
     const int32_t *prompt;     /* n_prompt >= 1 token ids (copied) */
     int64_t n_prompt;
     /* Sampling and stop conditions (tide_sampling_params_default(); arrays
-     * are copied). max_tokens must be >= 1. stop_tokens end the request;
-     * add EOS there unless EOS should be ignored. */
+     * are copied). max_tokens must be >= 1. stop_tokens end the request. */
     tide_sampling_params sampling;
+    /* 1: the model's end-of-sequence ids (tide_engine_eos_tokens) end the
+     * request too, as if appended to stop_tokens; 0 (default): only
+     * stop_tokens and max_tokens do ("ignore_eos"). */
+    int stop_at_eos;
     int has_seed;              /* 0: the engine derives a seed (reported in tide_request_info) */
     void *user;                /* handed back in events */
     /* Prefix-cache isolation: requests share cached pages only with requests
@@ -157,11 +175,21 @@ tide_request tide_request_default(void);
  * whole KV pool. */
 int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *id, tide_status *st);
 
-/* Runs one scheduler step (a no-op when idle). Fails only on an internal
- * error; requests that fail are finished with TIDE_FINISH_ERROR instead. */
+/* Runs one scheduler step (a no-op when idle). A failure inside the step
+ * fails the requests it concerns, not the call: they finish with
+ * TIDE_FINISH_ERROR and a message in tide_request_info.error (non-finite
+ * logits say so; a forward pass that fails in a batch is retried with each
+ * of its requests alone, so only a request that fails by itself is
+ * failed, and the others keep their exact tokens: docs/engine.md, "When a
+ * step fails"), and the engine goes on serving the rest. Returns -1 (st
+ * set) only when e is NULL. */
 int tide_engine_step(tide_engine *e, tide_status *st);
 /* Steps until no request is waiting or running. */
 int tide_engine_run(tide_engine *e, tide_status *st);
+/* The model's end-of-sequence ids: generation_config.json's eos_token_id,
+ * else config.json's (model/gen_config.h); *ids stays valid for the
+ * engine's life. Returns how many (0: the checkpoint names none). */
+int tide_engine_eos_tokens(const tide_engine *e, const int32_t **ids);
 /* Whether any request is waiting or running. */
 int tide_engine_busy(const tide_engine *e);
 
@@ -204,7 +232,8 @@ typedef struct tide_engine_stats {
     int64_t steps;
     int64_t tokens_fed;        /* tokens through the forward pass (prefill, recompute, decode) */
     int64_t tokens_generated;  /* tokens sampled */
-    int64_t preemptions;
+    int64_t preemptions;       /* includes the retries of failed passes */
+    int64_t failed_passes;     /* forward passes that failed (their requests retried alone or failed) */
     double step_seconds;       /* total time inside steps */
     double last_step_seconds;
     int64_t last_step_seqs;    /* sequences in the last step's batch */
@@ -224,6 +253,9 @@ typedef struct tide_engine_stats {
     int64_t prefix_pages_cached;  /* pages with an entry (reusable), in use or not */
     int64_t prefix_pages_idle;    /* cached pages nobody uses: evictable */
     int64_t prefix_evictions;     /* cached pages evicted (their blocks reclaimed) */
+    int64_t prefix_inexact_admissions; /* admissions after a bounded replay or an inexact hit */
+    int64_t prefix_pages_withheld;     /* inexact pages kept out of the cache (prefix_cache_inexact 0) */
+    int64_t prefix_pages_inexact;      /* inexact pages registered (prefix_cache_inexact 1) */
     int64_t kv_blocks_cached;     /* blocks held only by idle cached pages (reclaimable) */
     /* Step phases (docs/engine.md, "Overlapped scheduling"): wall-clock
      * seconds on the thread that drives the engine. prepare = planning

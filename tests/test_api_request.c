@@ -162,7 +162,7 @@ static void test_chat_errors(void **state) {
     expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":3}", "temperature", "outside");
     expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":\"hot\"}", "temperature",
                  "expected number, got string");
-    expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":2}", "n", "only n = 1");
+    expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":17}", "n", "outside [1, 16]");
     expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":0}", "max_tokens", "outside");
     expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":[\"a\",2]}", "stop[1]", "expected string");
     expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":[\"\"]}", "stop[0]", "1 to 256 bytes");

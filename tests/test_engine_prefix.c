@@ -294,6 +294,48 @@ static void full_replay_case(fixture *f, int canonical) {
 static void test_full_replay_exact_canonical(void **state) { full_replay_case(*state, 1); }
 static void test_full_replay_exact_ref(void **state) { full_replay_case(*state, 0); }
 
+/* Inexact pages (docs/engine.md, "Inexact pages"): A caches 2 pages; B
+ * shares them with a bounded replay (10 < 16 tokens), so its pages 2 and 3
+ * follow the approximation; C has B's 4-page prefix. By default B's later
+ * pages stay private: C hits only A's 2 (exact) pages and gets exactly the
+ * hand-made replay from them. With prefix_cache_inexact, C hits B's 4 pages
+ * (marked inexact); with a full replay nothing is inexact and C hits 4. */
+static void inexact_case(fixture *f, int64_t replay, int allow, int64_t want_c, int64_t want_withheld,
+                         int64_t want_inexact, int64_t want_admissions) {
+    batch b;
+    make_batch_tails(f, &b, 3, 4 * PAGE, 3, 3, 40);
+    b.n_prompt[0] = 2 * PAGE + 3;
+    tide_engine_config c = cfg_for(1, replay);
+    c.prefix_cache_inexact = allow;
+    tide_engine *e = make_engine(f, &c);
+    run_range(e, &b, 0, 3, 0);
+    tide_engine_stats s;
+    tide_engine_get_stats(e, &s);
+    assert_int_equal(b.n_cached[0], 0);
+    assert_int_equal(b.n_cached[1], 2 * PAGE);
+    assert_int_equal(b.n_cached[2], want_c);
+    assert_int_equal(s.prefix_pages_withheld, want_withheld);
+    assert_int_equal(s.prefix_pages_inexact, want_inexact);
+    assert_int_equal(s.prefix_inexact_admissions, want_admissions);
+    if (want_c == 2 * PAGE && replay >= 0) {
+        int32_t want[NEW];
+        by_hand(f, 1, b.prompt[2], b.n_prompt[2], 2 * PAGE, 2 * PAGE - replay, want);
+        if (memcmp(want, b.out[2], sizeof want) != 0) fail_msg("C does not follow A's exact pages");
+    }
+    check(e);
+    tide_engine_destroy(e);
+    free_batch(&b);
+}
+
+static void test_inexact_pages(void **state) {
+    /* default: B's pages 2, 3 and C's withheld; both admissions inexact */
+    inexact_case(*state, 10, 0, 2 * PAGE, 4, 0, 2);
+    /* allowed: B's 2 cached and marked, C hits them */
+    inexact_case(*state, 10, 1, 4 * PAGE, 0, 2, 2);
+    /* a full replay is exact: nothing withheld, C hits B's pages */
+    inexact_case(*state, -1, 0, 4 * PAGE, 0, 0, 0);
+}
+
 /* Salts isolate tenants: the same prompt under another salt does not hit. */
 static void test_salt(void **state) {
     fixture *f = *state;
@@ -622,6 +664,7 @@ static void test_cli_flags(void **state) {
     assert_non_null(strstr(out, "--no-prefix-cache"));
     assert_non_null(strstr(out, "--page-tokens"));
     assert_non_null(strstr(out, "--prefix-replay"));
+    assert_non_null(strstr(out, "--prefix-cache-inexact"));
     free(out);
     snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt-ids 5,6,7 --prefix-replay x 2>&1", TIDE_EXE, f->dir);
     assert_int_not_equal(tu_system(cmd, &out), 0);
@@ -669,6 +712,7 @@ int main(void) {
         cmocka_unit_test(test_hit_equals_replay_ref),
         cmocka_unit_test(test_full_replay_exact_canonical),
         cmocka_unit_test(test_full_replay_exact_ref),
+        cmocka_unit_test(test_inexact_pages),
         cmocka_unit_test(test_salt),
         cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_preemption_cache_on),

@@ -53,6 +53,10 @@ static void make_case(rcase *c, tu_rng *r, int idx) {
     if (tu_uniform(r) < 0.4) p->repetition_penalty = (float)(0.5 + 1.5 * tu_uniform(r));
     if (tu_uniform(r) < 0.4) p->presence_penalty = (float)(4 * tu_uniform(r) - 2);
     if (tu_uniform(r) < 0.4) p->frequency_penalty = (float)(4 * tu_uniform(r) - 2);
+    if (tu_uniform(r) < 0.5) {
+        p->want_logprobs = 1;
+        p->top_logprobs = rint_(r, 0, TIDE_SAMPLING_MAX_TOP_LOGPROBS);
+    }
     c->n_prompt = rint_(r, 0, 300);
     c->n_output = rint_(r, 0, 300);
     c->prompt = malloc((size_t)(c->n_prompt + 1) * sizeof(int32_t));
@@ -113,6 +117,7 @@ static void write_case(const char *dir, int idx, const rcase *c) {
     put_floats(f, "repetition", &p->repetition_penalty, 1);
     put_floats(f, "presence", &p->presence_penalty, 1);
     put_floats(f, "frequency", &p->frequency_penalty, 1);
+    fprintf(f, "top_logprobs %d\n", (int)p->top_logprobs);
     put_ints(f, "prompt", c->prompt, c->n_prompt);
     put_ints(f, "output", c->output, c->n_output);
     fprintf(f, "bias_tokens");
@@ -146,6 +151,32 @@ static double *read_probs(const char *dir, int idx, int32_t V) {
     assert_int_equal(fread(p, 8, (size_t)V, f), (size_t)V);
     fclose(f);
     return p;
+}
+
+/* The raw logprobs of the chosen token and the top ones against the
+ * reference's float64 log softmax. */
+static void check_logprobs(const char *dir, int idx, const rcase *c, const tide_sample_result *res) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/logprobs_%d.txt", dir, idx);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int t;
+    double lp;
+    assert_int_equal(fscanf(f, "%d %lf", &t, &lp), 2);
+    assert_int_equal(t, res->token);
+    if (!(fabs(lp - res->logprob) <= 1e-4 * (1 + fabs(lp))))
+        fail_msg("case %d: logprob of %d = %.9g, reference %.9g", idx, t, (double)res->logprob, lp);
+    int32_t n = 0;
+    while (fscanf(f, "%d %lf", &t, &lp) == 2) {
+        assert_true(n < res->n_top);
+        if (res->top_ids[n] != t) fail_msg("case %d: top %d is token %d, reference %d", idx, (int)n, res->top_ids[n], t);
+        if (!(isinf(lp) ? isinf(res->top_logprobs[n]) : fabs(lp - res->top_logprobs[n]) <= 1e-4 * (1 + fabs(lp))))
+            fail_msg("case %d: top %d logprob %.9g, reference %.9g", idx, (int)n, (double)res->top_logprobs[n], lp);
+        n++;
+    }
+    fclose(f);
+    assert_int_equal(n, res->n_top);
+    assert_int_equal(n, c->p.top_logprobs < c->V ? c->p.top_logprobs : c->V);
 }
 
 static void test_against_numpy(void **state) {
@@ -195,6 +226,7 @@ static void test_against_numpy(void **state) {
             fail_msg("case %d: sampled %d, reference %d (T=%g k=%d p=%g)", i, (int)res.token, want,
                      (double)c->p.temperature, (int)c->p.top_k, (double)c->p.top_p);
         assert_int_equal(res.n_candidates, n_ref);
+        if (c->p.want_logprobs) check_logprobs(dir, i, c, &res);
         free(ref);
         free(got);
         free_case(c);

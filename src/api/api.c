@@ -18,7 +18,7 @@ const char *tide_api_kind_name(tide_api_kind kind) {
     return "?";
 }
 
-static void req_init(tide_api_req *req, tide_api_kind kind) {
+void tide_api_req_init(tide_api_req *req, tide_api_kind kind) {
     memset(req, 0, sizeof *req);
     req->kind = kind;
     tide_conv_init(&req->conv);
@@ -44,7 +44,7 @@ void tide_api_req_free(tide_api_req *req) {
 
 int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_req *req, tide_api_err *err) {
     memset(err, 0, sizeof *err);
-    req_init(req, kind);
+    tide_api_req_init(req, kind);
     if (len > TIDE_API_MAX_BODY) {
         tide_api_bad(err, "", "request body of %zu bytes exceeds the limit of %u", len, TIDE_API_MAX_BODY);
         err->http_status = 413;
@@ -74,7 +74,7 @@ int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_re
             err->type = err->st.code == TIDE_ERR_NOMEM ? "api_error" : "invalid_request_error";
         }
         tide_api_req_free(req);
-        req_init(req, kind);
+        tide_api_req_init(req, kind);
     }
     return rc;
 }

@@ -100,6 +100,9 @@ typedef struct tide_api_err {
 /* Parses a request body. On failure *req is left empty and err says why. */
 int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_req *req, tide_api_err *err);
 void tide_api_req_free(tide_api_req *req);
+/* An empty request with the defaults tide_api_parse starts from (for
+ * callers that build one: the CLI, tests). */
+void tide_api_req_init(tide_api_req *req, tide_api_kind kind);
 
 /* The error body in the API's own shape (malloc'd JSON text):
  *   OpenAI:    {"error": {"message", "type", "param", "code"}}

@@ -16,13 +16,20 @@
 
 /* ---- creation ---- */
 
-/* The one place that decides the model's end ids. The config does not carry
- * eos_token_id yet, so the tokenizer's spelling of the end-of-sentence token
- * stands for it (id 1 in the V4.1 vocabulary). */
+/* The one place that decides the model's end ids: the checkpoint's
+ * eos_token_id (tide_engine_eos_tokens: generation_config.json, else
+ * config.json); a checkpoint that names none falls back on the tokenizer's
+ * <｜end▁of▁sentence｜>. Sessions put them in their stop_tokens (unless
+ * ignore_eos), so the engine's own stop_at_eos stays off. */
 static int find_stop_ids(tide_gen_engine *g, tide_status *st) {
+    const int32_t *ids;
+    int n = tide_engine_eos_tokens(g->e, &ids);
+    for (int i = 0; i < n && g->n_stop_ids < sizeof g->stop_ids / sizeof g->stop_ids[0]; i++)
+        g->stop_ids[g->n_stop_ids++] = ids[i];
+    if (g->n_stop_ids) return 0;
     int32_t eos = tide_tokenizer_token_id(g->tok, TIDE_TOK_EOS, strlen(TIDE_TOK_EOS));
     if (eos < 0 || eos >= g->vocab)
-        return tide_fail(st, TIDE_ERR_FORMAT, "the tokenizer has no %s token inside the model's vocabulary",
+        return tide_fail(st, TIDE_ERR_FORMAT, "the checkpoint names no eos_token_id and the tokenizer has no %s token",
                          TIDE_TOK_EOS);
     g->stop_ids[g->n_stop_ids++] = eos;
     return 0;

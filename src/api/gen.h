@@ -80,9 +80,10 @@ int tide_gen_busy(tide_gen_engine *g);
 const tide_tokenizer *tide_gen_tokenizer(const tide_gen_engine *g);
 
 /* The token ids that end generation unless ignore_eos: the model's end
- * ids (the one place that decides them; today <｜end▁of▁sentence｜> as the
- * tokenizer spells it, the config's eos ids once the config carries them).
- * Borrowed, valid for g's lifetime. */
+ * ids (the one place that decides them: the checkpoint's eos_token_id as
+ * tide_engine_eos_tokens reads it, else the tokenizer's
+ * <｜end▁of▁sentence｜>). They are never output as text. Borrowed, valid
+ * for g's lifetime. */
 const int32_t *tide_gen_stop_ids(const tide_gen_engine *g, size_t *n);
 
 /* Renders and tokenizes req's conversation without generating (for

@@ -67,6 +67,8 @@ static int sampling(gen_session *s, const tide_gen *gen, tide_status *st) {
     p->repetition_penalty = (float)gen->repetition_penalty;
     p->max_tokens = gen->max_tokens > 0 ? gen->max_tokens : 1;
     p->seed = gen->seed;
+    p->want_logprobs = gen->logprobs;
+    p->top_logprobs = gen->top_logprobs;
     s->has_seed = gen->has_seed;
     if (gen->n_logit_bias) {
         if (!(s->bias = malloc(gen->n_logit_bias * sizeof *s->bias))) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
@@ -86,6 +88,7 @@ static int sampling(gen_session *s, const tide_gen *gen, tide_status *st) {
 }
 
 static int on_parsed(void *ud, const tide_pev *ev, tide_status *st);
+static void stream_failed(gen_session *s, const tide_status *st);
 
 static int make_choice(gen_session *s, const tide_gen_input *in, int i, int in_reasoning, tide_status *st) {
     gen_choice *c = &s->ch[i];
@@ -248,13 +251,13 @@ static void complete(gen_session *s) {
     r.content = tide_api_out_content(c0->out, &r.content_len);
     r.reasoning = tide_api_out_reasoning(c0->out, &r.reasoning_len);
     r.n_calls = tide_api_out_ncalls(c0->out);
-    s->sink.done(s->sink.ud, &r);
-    free(resp);
     tide_gen_unlink_active(g, s);
-    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&g->mu); /* before done: whoever done wakes sees the session counted */
     g->stats.sessions_active--;
     g->stats.sessions_done++;
     pthread_mutex_unlock(&g->mu);
+    s->sink.done(s->sink.ud, &r);
+    free(resp);
     tide_gen_session_free(s);
 }
 
@@ -292,10 +295,32 @@ static int on_parsed(void *ud, const tide_pev *ev, tide_status *st) {
     return 0;
 }
 
+/* Stop ids and the model's end ids (even with ignore_eos) are never text. */
 static int is_stop_id(const gen_session *s, int32_t t) {
     for (int32_t i = 0; i < s->sp.n_stop_tokens; i++)
         if (s->sp.stop_tokens[i] == t) return 1;
+    for (size_t i = 0; i < s->g->n_stop_ids; i++)
+        if (s->g->stop_ids[i] == t) return 1;
     return 0;
+}
+
+/* The token's log probability (and its alternatives') into the output, with
+ * each token's raw bytes (a byte token may be part of a character). */
+static void record_logprob(gen_choice *c, const tide_event *ev) {
+    const tide_tokenizer *tok = c->s->g->tok;
+    const uint8_t *b = NULL, *ab[TIDE_SAMPLING_MAX_TOP_LOGPROBS];
+    size_t n = 0, an[TIDE_SAMPLING_MAX_TOP_LOGPROBS];
+    int k = ev->n_top < TIDE_SAMPLING_MAX_TOP_LOGPROBS ? ev->n_top : TIDE_SAMPLING_MAX_TOP_LOGPROBS;
+    (void)tide_tokenizer_token_bytes(tok, ev->token, &b, &n);
+    for (int i = 0; i < k; i++) {
+        ab[i] = NULL;
+        an[i] = 0;
+        (void)tide_tokenizer_token_bytes(tok, ev->top_ids[i], &ab[i], &an[i]);
+        if (!ab[i]) ab[i] = (const uint8_t *)"";
+    }
+    tide_status st = {0};
+    if (tide_api_out_logprob(c->out, b ? b : (const uint8_t *)"", n, ev->logprob, ab, an, ev->top_logprobs, k, &st) != 0)
+        stream_failed(c->s, &st);
 }
 
 /* The output failed (the sink gave up, out of memory): the session is
@@ -317,10 +342,12 @@ static void on_token(gen_choice *c, const tide_event *ev) {
     gen_session *s = c->s;
     if (s->cancelled || c->ended) return;
     if (s->sink.token) {
-        tide_gen_token t = {.id = ev->token};
+        tide_gen_token t = {.id = ev->token, .logprob = ev->logprob, .n_top = ev->n_top, .top_ids = ev->top_ids,
+                            .top_logprobs = ev->top_logprobs};
         s->sink.token(s->sink.ud, c->index, &t);
     }
-    if (is_stop_id(s, ev->token)) return; /* the engine ends it; its text is not output */
+    if (is_stop_id(s, ev->token)) return; /* the engine ends it (unless ignore_eos); no text */
+    if (s->sp.want_logprobs) record_logprob(c, ev);
     const char *text;
     size_t len;
     tide_status st = {0};

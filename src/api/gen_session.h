@@ -52,7 +52,7 @@ struct tide_gen_engine {
     tide_engine *e;
     tide_tokenizer *tok;
     int32_t vocab;
-    int32_t stop_ids[4];    /* the model's end ids (tide_gen_stop_ids) */
+    int32_t stop_ids[8];    /* the model's end ids (tide_gen_stop_ids) */
     size_t n_stop_ids;
     /* Under mu: ids, the queues from other threads, the stats snapshot. */
     pthread_mutex_t mu;

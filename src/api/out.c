@@ -33,6 +33,7 @@ int tide_api_out_new(const tide_api_req *req, int in_reasoning, const char *id, 
     o->fn = fn;
     o->ud = ud;
     o->open = -1;
+    o->logprobs = req->gen.logprobs;
     tide_outparse_cfg cfg = {.in_reasoning = in_reasoning, .json_mode = req->gen.format != TIDE_FMT_TEXT,
                              .raw = req->kind == TIDE_API_COMPLETIONS,
                              .stops = (const char *const *)req->gen.stop, .n_stops = req->gen.n_stop,
@@ -54,6 +55,8 @@ void tide_api_out_free(tide_api_out *o) {
     for (size_t i = 0; i < o->n_items; i++) tide_sb_free(&o->items[i].text);
     free(o->items);
     tide_outparse_free(o->parser);
+    json_decref(o->lp_all);
+    json_decref(o->lp_pending);
     free(o->id);
     free(o->model);
     free(o);
@@ -214,6 +217,40 @@ const char *tide_api_out_reasoning(const tide_api_out *o, size_t *len) {
 }
 
 size_t tide_api_out_ncalls(const tide_api_out *o) { return tide_outparse_ncalls(o->parser); }
+
+static json_t *lp_entry(const uint8_t *b, size_t n, float logprob) {
+    json_t *bytes = json_array();
+    for (size_t i = 0; bytes && i < n; i++) json_array_append_new(bytes, json_integer(b[i]));
+    return json_pack("{s:o, s:f, s:o}", "token", tide_jstr((const char *)b, n), "logprob", (double)logprob, "bytes",
+                     bytes);
+}
+
+int tide_api_out_logprob(tide_api_out *o, const uint8_t *bytes, size_t len, float logprob,
+                         const uint8_t *const *alt_bytes, const size_t *alt_len, const float *alt_logprob, int n_alt,
+                         tide_status *st) {
+    if (!o->logprobs || o->finished || o->failed) return 0;
+    if (!o->lp_all) o->lp_all = json_array();
+    if (!o->lp_pending) o->lp_pending = json_array();
+    json_t *e = lp_entry(bytes, len, logprob), *top = json_array();
+    for (int i = 0; top && i < n_alt; i++) json_array_append_new(top, lp_entry(alt_bytes[i], alt_len[i], alt_logprob[i]));
+    if (!o->lp_all || !o->lp_pending || !e || !top || json_object_set_new(e, "top_logprobs", top) != 0) {
+        json_decref(e);
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory recording logprobs");
+    }
+    json_array_append(o->lp_all, e);
+    json_array_append_new(o->lp_pending, e);
+    return 0;
+}
+
+json_t *tide_api_out_take_logprobs(tide_api_out *o) {
+    json_t *p = o->lp_pending;
+    o->lp_pending = NULL;
+    if (p && json_array_size(p) == 0) {
+        json_decref(p);
+        p = NULL;
+    }
+    return p;
+}
 
 void tide_api_out_set_choice(tide_api_out *o, int index, int last) {
     o->choice = index;

@@ -63,6 +63,18 @@ void tide_api_out_set_tap(tide_api_out *o, tide_pev_fn fn, void *ud);
  * choice (`last`) writes the closing usage chunk and [DONE]. */
 void tide_api_out_set_choice(tide_api_out *o, int index, int last);
 
+/* A generated token's log probability (Chat Completions logprobs): its raw
+ * bytes, and the best alternatives' (alt_bytes[i] / alt_len[i] /
+ * alt_logprob[i]). Recorded in order; streaming chunks carry the entries
+ * recorded since the last chunk, the response all of them. Requests that
+ * did not ask for logprobs ignore it. */
+int tide_api_out_logprob(tide_api_out *o, const uint8_t *bytes, size_t len, float logprob,
+                         const uint8_t *const *alt_bytes, const size_t *alt_len, const float *alt_logprob, int n_alt,
+                         tide_status *st);
+/* Takes the entries recorded since the last call (a JSON array, owned by
+ * the caller; NULL when none): for the event writers. */
+json_t *tide_api_out_take_logprobs(tide_api_out *o);
+
 /* The parsed output so far: content (stop sequence and what follows
  * trimmed), reasoning, and the number of tool calls. */
 const char *tide_api_out_content(const tide_api_out *o, size_t *len);

@@ -19,7 +19,10 @@ static json_t *usage_json(const tide_api_out *o) {
 
 /* One chunk around `delta` (consumed); finish_reason NULL -> null. */
 static int chunk(tide_api_out *o, json_t *delta, const char *finish, tide_status *st) {
-    json_t *choice = json_pack("{s:i, s:o, s:n, s:o}", "index", o->choice, "delta", delta, "logprobs", "finish_reason",
+    /* the tokens since the last chunk ride with the next text (not the role chunk) */
+    json_t *lp = json_object_get(delta, "role") ? NULL : tide_api_out_take_logprobs(o);
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", o->choice, "delta", delta, "logprobs",
+                               lp ? json_pack("{s:o}", "content", lp) : json_null(), "finish_reason",
                                finish ? json_string(finish) : json_null());
     json_t *c = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", o->id, "object", "chat.completion.chunk", "created",
                           (json_int_t)o->created, "model", o->model, "choices", choice);
@@ -106,9 +109,11 @@ static json_t *response(tide_api_out *o) {
     else json_decref(reasoning);
     if (json_array_size(calls)) json_object_set_new(msg, "tool_calls", calls);
     else json_decref(calls);
-    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:n, s:s}], s:o}", "id", o->id, "object", "chat.completion",
+    json_t *lp = json_null();
+    if (o->logprobs) lp = o->lp_all ? json_pack("{s:O}", "content", o->lp_all) : json_pack("{s:[]}", "content");
+    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:o, s:s}], s:o}", "id", o->id, "object", "chat.completion",
                      "created", (json_int_t)o->created, "model", o->model, "choices", "index", o->choice, "message", msg,
-                     "logprobs", "finish_reason", tide_api_out_finish_reason(o), "usage", usage_json(o));
+                     "logprobs", lp, "finish_reason", tide_api_out_finish_reason(o), "usage", usage_json(o));
 }
 
 static int fail(tide_api_out *o, const char *message, tide_status *st) {

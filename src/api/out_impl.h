@@ -50,6 +50,8 @@ struct tide_api_out {
     tide_pev_fn tap; /* tide_api_out_set_tap */
     void *tap_ud;
     int choice, last_choice; /* n > 1: this choice's index; whether it closes the stream */
+    int logprobs;           /* the request asked for them */
+    json_t *lp_all, *lp_pending; /* logprob entries: all of them, not yet streamed */
 };
 
 /* Sends one event: `obj` is consumed. Responses events get their

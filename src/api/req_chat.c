@@ -163,7 +163,7 @@ static int read_sampling(tide_api_req *req, json_t *root, int *max_given, tide_a
         tide_get_bool(root, "parallel_tool_calls", "", &g->parallel_tool_calls, err) ||
         tide_get_bool(root, "logprobs", "", &logprobs, err) || tide_read_sampling_extras(root, g, 1, err))
         return -1;
-    if (logprobs) return tide_api_unsupported(err, "logprobs", "log probabilities are not supported yet");
+    if (tide_read_chat_logprobs(root, g, logprobs, err)) return -1;
     if (tide_get_seed(root, g, err)) return -1;
     g->top_k = top_k < 0 ? 0 : (int)top_k;
     *max_given = max_tokens > 0;

@@ -1,7 +1,8 @@
 /* Sampling fields the OpenAI APIs share beyond temperature / top_p / top_k /
  * stop, read into tide_gen for the engine's sampler (engine/sampler.h):
  * n, min_p, frequency / presence / repetition penalties, logit_bias,
- * ignore_eos and stop_token_ids (the last three are vLLM's extensions).
+ * ignore_eos and stop_token_ids (the last three are vLLM's extensions), and
+ * Chat Completions' logprobs / top_logprobs.
  * Ranges follow OpenAI's where it has them; token ids are checked against
  * the vocabulary when the request reaches the engine. */
 #include <errno.h>
@@ -71,5 +72,14 @@ int tide_read_sampling_extras(json_t *root, tide_gen *g, int with_n, tide_api_er
         if (tide_get_int(root, "n", "", 1, TIDE_GEN_MAX_N, &n, err)) return -1;
         g->n = (int)n;
     }
+    return 0;
+}
+
+int tide_read_chat_logprobs(json_t *root, tide_gen *g, int logprobs, tide_api_err *err) {
+    long long top = 0;
+    if (tide_get_int(root, "top_logprobs", "", 0, TIDE_GEN_MAX_TOP_LOGPROBS, &top, err)) return -1;
+    if (top > 0 && !logprobs) return tide_api_bad(err, "top_logprobs", "needs \"logprobs\": true");
+    g->logprobs = logprobs;
+    g->top_logprobs = (int)top;
     return 0;
 }

@@ -41,7 +41,7 @@ static void usage(FILE *f) {
             "(one JSON object per line: \"prompt_ids\", \"max_tokens\", sampling fields,\n"
             "\"stop_token_ids\", \"ignore_eos\", \"cache_salt\"; 'tide run --help'), each as\n"
             "its line says: a line without \"max_tokens\" generates up to G tokens, and EOS\n"
-            "(id 1) ends a request unless the line sets \"ignore_eos\". Blank lines are\n"
+            "(the model's eos_token_id) ends a request unless the line sets \"ignore_eos\". Blank lines are\n"
             "skipped. A malformed line or a request the engine rejects fails the run (exit\n"
             "1, the line named). Replaces --requests and --prompt-len; --seed then seeds\n"
             "only the lines without \"seed\" (the engine seed).\n"

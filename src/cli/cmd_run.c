@@ -24,6 +24,9 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "cli/out_file.h"
+#include "cli/run_text.h"
+#include "cli/stop_signal.h"
 #include "engine/request_jsonl.h"
 #include "tide.h"
 
@@ -49,7 +52,8 @@ static void usage(FILE *f) {
             "  --output FILE        JSONL results ('-' = stdout; default)\n"
             "  --max-tokens N       tokens to generate (default 16; JSONL: per line)\n"
             "  --threads N          worker threads (default 2)\n"
-            "  --ignore-eos         keep going after the end-of-sentence token (id 1)\n"
+            "  --ignore-eos         keep going after the model's end-of-sequence ids\n"
+            "                       (generation_config.json / config.json eos_token_id)\n"
             "  --chunk N            prefill chunk size (default: the step budget)\n"
             "  --max-seqs N         requests running at once (default 64)\n"
             "  --step-tokens N      token budget of one step (default 512)\n"
@@ -68,8 +72,27 @@ static void usage(FILE *f) {
             "                       attention windows (default 140); 'full' = the whole\n"
             "                       prefix (exactly a cold prefill with --canonical-layout\n"
             "                       --no-index-quirk)\n"
+            "  --prefix-cache-inexact  also cache the pages computed after a bounded-replay\n"
+            "                       hit (default: they stay private: docs/engine.md)\n"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
-            "pages only with requests of the same salt (docs/engine.md).\n");
+            "pages only with requests of the same salt (docs/engine.md).\n"
+            "\n"
+            "Text (run_text.c; needs MODEL_DIR/tokenizer.json):\n"
+            "  --prompt TEXT        one user turn through the V4.1 template; the reply on\n"
+            "                       stdout as it streams, the reasoning on stderr\n"
+            "  --chat               interactive: one user turn per stdin line (a pipe works),\n"
+            "                       the conversation kept; EOF or /exit ends it\n"
+            "  --raw                --prompt is a raw completion prompt (no template)\n"
+            "  --system TEXT        a system message first\n"
+            "  --thinking           thinking mode; --effort N|NAME its reasoning effort\n"
+            "  --show-reasoning     the reasoning on stdout too\n"
+            "  --temperature T      sampling temperature (default 0: greedy)\n"
+            "  --text               --input is a text batch even when it is stdin (detected\n"
+            "                       from the first line of a file: \"messages\" or \"prompt\")\n"
+            "  Text JSONL lines: a Chat Completions body (\"messages\") or a Completions body\n"
+            "  (\"prompt\": text or ids), plus \"id\"; results {\"id\", \"text\", \"reasoning\",\n"
+            "  \"tool_calls\", \"output_ids\", \"finish_reason\", \"prompt_tokens\",\n"
+            "  \"completion_tokens\", \"cached_tokens\"}.\n");
 }
 
 static int parse_ids(const char *s, int32_t **out, int64_t *n) {
@@ -110,7 +133,8 @@ typedef struct run_opts {
     const char *model_dir, *ids_s, *input, *output;
     long long max_tokens, chunk, max_seqs, step_tokens, kv_blocks, kv_block, threads, page_tokens, prefix_replay;
     unsigned long long seed;
-    int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap;
+    int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
+    tide_run_text_opts text; /* --prompt / --chat / text --input (run_text.c) */
 } run_opts;
 
 /* Returns -1 on success, else the exit code. */
@@ -140,7 +164,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int done = 0;
+        int done = 0, rc;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !done; k++) {
             if (strcmp(a, nums[k].flag) != 0 || !v) continue;
             char *end;
@@ -191,20 +215,25 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             }
             o->prefix_replay = x;
             i++;
+        } else if (!strcmp(a, "--prefix-cache-inexact")) {
+            o->cache_inexact = 1;
         } else if (!strcmp(a, "--no-prefix-cache")) {
             o->no_prefix_cache = 1;
         } else if (!strcmp(a, "--no-index-quirk")) {
             o->no_quirk = 1;
         } else if (!strcmp(a, "--overlap")) {
             o->overlap = 1;
+        } else if ((rc = tide_run_text_arg(argc, argv, &i, &o->text)) != 0) {
+            if (rc < 0) return TIDE_EXIT_USAGE;
         } else {
             fprintf(stderr, "tide run: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
             return TIDE_EXIT_USAGE;
         }
     }
-    if (!o->model_dir || (!o->ids_s && !o->input) || (o->ids_s && o->input)) {
-        fprintf(stderr, "tide run: --model and one of --prompt-ids / --input are required\n\n");
+    int modes = !!o->ids_s + !!o->input + !!o->text.prompt + o->text.chat;
+    if (!o->model_dir || modes != 1) {
+        fprintf(stderr, "tide run: --model and one of --prompt-ids / --prompt / --chat / --input are required\n\n");
         usage(stderr);
         return TIDE_EXIT_USAGE;
     }
@@ -228,16 +257,26 @@ static tide_engine_config engine_config(const run_opts *o) {
     c.prefix_cache = !o->no_prefix_cache;
     c.page_tokens = o->page_tokens;
     c.prefix_replay = o->prefix_replay;
+    c.prefix_cache_inexact = o->cache_inexact;
     return c;
 }
 
 /* ---- --prompt-ids: one greedy request ---- */
 
+/* Streams the ids to stdout as they come; the first failed write is kept
+ * (the engine's callback cannot fail) and ends the run after the step. */
+typedef struct ids_out {
+    tide_out_file out;
+    tide_status st;
+    int failed;
+} ids_out;
+
 static void print_token(void *ctx, const tide_event *ev) {
-    (void)ctx;
-    if (ev->kind != TIDE_EVENT_TOKEN) return;
-    printf("%s%d", ev->n_output > 1 ? "," : "", ev->token);
-    fflush(stdout);
+    ids_out *w = ctx;
+    if (ev->kind != TIDE_EVENT_TOKEN || w->failed) return;
+    char s[16];
+    int n = snprintf(s, sizeof s, "%s%d", ev->n_output > 1 ? "," : "", ev->token);
+    if (tide_out_write(&w->out, s, (size_t)n, &w->st) != 0) w->failed = 1;
 }
 
 static int run_ids(const run_opts *o) {
@@ -247,38 +286,40 @@ static int run_ids(const run_opts *o) {
         fprintf(stderr, "tide run: --prompt-ids: expected comma-separated integers, got '%s'\n", o->ids_s);
         return TIDE_EXIT_USAGE;
     }
+    ids_out w = {0};
+    tide_out_open(&w.out, NULL, NULL, &w.st); /* stdout: cannot fail */
     tide_engine_config c = engine_config(o);
     c.max_seqs = 1;
     /* the whole prompt in one step unless --chunk says otherwise */
     if (c.max_step_tokens < n_prompt) c.max_step_tokens = n_prompt;
     if (!o->chunk) c.prefill_chunk = 0;
     c.on_event = print_token;
+    c.event_ctx = &w;
     tide_status st = {0};
     tide_engine *e = NULL;
     int rc = TIDE_EXIT_FAIL;
     double t0 = tide_now_seconds();
     if (tide_engine_create(&c, &e, &st) != 0) goto done;
     double t1 = tide_now_seconds();
-    if (o->max_tokens == 0) { /* nothing to generate */
-        printf("\n");
-        rc = TIDE_EXIT_OK;
+    tide_request_info info = {0};
+    tide_request_id id;
+    if (o->max_tokens > 0) {
+        tide_request r = tide_request_default();
+        r.prompt = prompt;
+        r.n_prompt = n_prompt;
+        r.sampling.temperature = 0;
+        r.sampling.max_tokens = o->max_tokens;
+        r.stop_at_eos = !o->ignore_eos;
+        if (tide_engine_submit(e, &r, &id, &st) != 0) goto done;
+        while (tide_engine_busy(e) && !w.failed)
+            if (tide_engine_step(e, &st) != 0) goto done;
+        if (!w.failed && tide_engine_get(e, id, &info, &st) != 0) goto done;
+    }
+    if (w.failed) {
+        st = w.st;
         goto done;
     }
-    int32_t eos = TIDE_JSONL_EOS_ID;
-    tide_request r = tide_request_default();
-    r.prompt = prompt;
-    r.n_prompt = n_prompt;
-    r.sampling.temperature = 0;
-    r.sampling.max_tokens = o->max_tokens;
-    r.sampling.stop_tokens = o->ignore_eos ? NULL : &eos;
-    r.sampling.n_stop_tokens = o->ignore_eos ? 0 : 1;
-    tide_request_id id;
-    if (tide_engine_submit(e, &r, &id, &st) != 0) goto done;
-    if (tide_engine_run(e, &st) != 0) goto done;
-    printf("\n");
-    fflush(stdout);
-    tide_request_info info;
-    if (tide_engine_get(e, id, &info, &st) != 0) goto done;
+    if (tide_out_write(&w.out, "\n", 1, &st) != 0 || tide_out_commit(&w.out, &st) != 0) goto done;
     if (info.reason == TIDE_FINISH_ERROR) {
         tide_fail(&st, TIDE_ERR_INTERNAL, "%s", info.error);
         goto done;
@@ -286,13 +327,15 @@ static int run_ids(const run_opts *o) {
     tide_engine_stats s;
     tide_engine_get_stats(e, &s);
     double t2 = tide_now_seconds();
-    fprintf(stderr,
-            "tide run: load %.2f s; %lld prompt + %lld generated tokens in %lld steps, %.3f s (%.1f tok/s through the model, %.2f generated tok/s), %lld threads\n",
-            t1 - t0, (long long)n_prompt, (long long)info.n_output, (long long)s.steps, t2 - t1,
-            s.tokens_per_s, s.generated_per_s, o->threads);
+    if (o->max_tokens > 0)
+        fprintf(stderr,
+                "tide run: load %.2f s; %lld prompt + %lld generated tokens in %lld steps, %.3f s (%.1f tok/s through the model, %.2f generated tok/s), %lld threads\n",
+                t1 - t0, (long long)n_prompt, (long long)info.n_output, (long long)s.steps, t2 - t1,
+                s.tokens_per_s, s.generated_per_s, o->threads);
     rc = TIDE_EXIT_OK;
 done:
     if (rc != TIDE_EXIT_OK) fprintf(stderr, "tide run: %s\n", st.msg);
+    tide_out_abort(&w.out);
     tide_engine_destroy(e);
     free(prompt);
     return rc;
@@ -301,13 +344,14 @@ done:
 /* ---- --input: a JSONL batch ---- */
 
 typedef struct batch {
-    FILE *out;
+    tide_out_file out;
     json_t **ids;          /* [request id] the line's "id" (index by request id) */
     int64_t n_ids, cap_ids;
     tide_request_id *done; /* finished, to release after the step */
     int64_t n_done, cap_done;
     int64_t n_lines, n_finished, n_errors;
-    int write_failed;
+    int write_failed;  /* the first failure is in wst; nothing more is written */
+    tide_status wst;
 } batch;
 
 static void write_result(batch *b, json_t *id, const int32_t *out, int64_t n_out, const char *reason,
@@ -322,7 +366,8 @@ static void write_result(batch *b, json_t *id, const int32_t *out, int64_t n_out
     json_object_set_new(o, "cached_tokens", json_integer(n_cached));
     if (error) json_object_set_new(o, "error", json_string(error));
     char *s = json_dumps(o, JSON_COMPACT);
-    if (!s || fprintf(b->out, "%s\n", s) < 0) b->write_failed = 1;
+    if (!b->write_failed && !s) tide_fail(&b->wst, TIDE_ERR_NOMEM, "writing %s: out of memory", tide_out_name(&b->out));
+    if (!b->write_failed && (!s || tide_out_line(&b->out, s, strlen(s), &b->wst) != 0)) b->write_failed = 1;
     free(s);
     json_decref(o);
     b->n_finished++;
@@ -397,20 +442,66 @@ static int read_lines(tide_engine *e, FILE *in, const run_opts *o, batch *b) {
     return rc < 0 ? -1 : 0;
 }
 
+/* Steps until the batch is done, a write fails or SIGINT / SIGTERM arrives
+ * (returned, else 0); -1 on an engine failure (st). */
+static int step_all(tide_engine *e, batch *b, tide_status *st) {
+    double last = tide_now_seconds();
+    while (tide_engine_busy(e) && !b->write_failed) {
+        int sig = tide_stop_signal_taken();
+        if (sig) return sig;
+        b->n_done = 0;
+        if (tide_engine_step(e, st) != 0) return -1;
+        for (int64_t i = 0; i < b->n_done; i++) tide_engine_release(e, b->done[i]);
+        if (tide_now_seconds() - last >= 1.0) {
+            progress(e, b, 0);
+            last = tide_now_seconds();
+        }
+    }
+    return 0;
+}
+
+/* The end of a run: the results file is committed when everything was
+ * written (every request, or those finished before a stop signal), else
+ * removed (an existing file stays as it was). */
+static int finish_jsonl(batch *b, int sig, int ok, tide_status *st) {
+    if (b->write_failed) {
+        fprintf(stderr, "tide run: %s\n", b->wst.msg);
+        ok = 0;
+    }
+    if (!ok) {
+        tide_out_abort(&b->out);
+        return TIDE_EXIT_FAIL;
+    }
+    char name[512]; /* commit frees the path */
+    snprintf(name, sizeof name, "%s", tide_out_name(&b->out));
+    if (tide_out_commit(&b->out, st) != 0) {
+        fprintf(stderr, "tide run: %s\n", st->msg);
+        return TIDE_EXIT_FAIL;
+    }
+    if (sig) {
+        fprintf(stderr, "tide run: stopped by %s: %lld of %lld requests finished (complete lines in %s), %lld not run\n",
+                tide_stop_signal_name(sig), (long long)b->n_finished, (long long)b->n_lines, name,
+                (long long)(b->n_lines - b->n_finished));
+        return 128 + sig;
+    }
+    return b->n_errors ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
+}
+
 static int run_jsonl(const run_opts *o) {
-    int rc = TIDE_EXIT_FAIL;
     batch b;
     memset(&b, 0, sizeof b);
     tide_status st = {0};
+    if (tide_out_open(&b.out, o->output, o->input, &st) != 0) {
+        fprintf(stderr, "tide run: %s\n", st.msg);
+        return TIDE_EXIT_FAIL;
+    }
+    sigset_t old_mask;
+    tide_stop_signals_block(&old_mask); /* before the engine's threads start: they inherit it */
     tide_engine *e = NULL;
+    int ok = 0, sig = 0;
     FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
     if (!in) {
         fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
-        return TIDE_EXIT_FAIL;
-    }
-    b.out = !o->output || !strcmp(o->output, "-") ? stdout : fopen(o->output, "w");
-    if (!b.out) {
-        fprintf(stderr, "tide run: cannot create %s: %s\n", o->output, strerror(errno));
         goto done;
     }
     tide_engine_config c = engine_config(o);
@@ -426,33 +517,25 @@ static int run_jsonl(const run_opts *o) {
     }
     b.cap_done = 2 * (int64_t)c.max_seqs + 16; /* finished in one step: running + failed at admission */
     b.done = malloc((size_t)b.cap_done * sizeof *b.done);
-    if (!b.done) goto done;
-    double last = tide_now_seconds();
-    while (tide_engine_busy(e)) {
-        b.n_done = 0;
-        if (tide_engine_step(e, &st) != 0) {
-            fprintf(stderr, "tide run: %s\n", st.msg);
-            goto done;
-        }
-        for (int64_t i = 0; i < b.n_done; i++) tide_engine_release(e, b.done[i]);
-        if (tide_now_seconds() - last >= 1.0) {
-            progress(e, &b, 0);
-            last = tide_now_seconds();
-        }
-    }
-    progress(e, &b, 1);
-    if (fflush(b.out) != 0 || b.write_failed) {
-        fprintf(stderr, "tide run: writing the results failed\n");
+    if (!b.done) {
+        fprintf(stderr, "tide run: out of memory\n");
         goto done;
     }
-    rc = b.n_errors ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
-done:
+    sig = step_all(e, &b, &st);
+    if (sig < 0) {
+        fprintf(stderr, "tide run: %s\n", st.msg);
+        goto done;
+    }
+    progress(e, &b, 1);
+    ok = 1;
+done:;
+    int rc = finish_jsonl(&b, sig, ok, &st);
     tide_engine_destroy(e);
+    tide_stop_signals_restore(&old_mask);
     for (int64_t i = 0; i < b.n_ids; i++) json_decref(b.ids[i]);
     free(b.ids);
     free(b.done);
     if (in && in != stdin) fclose(in);
-    if (b.out && b.out != stdout) fclose(b.out);
     return rc;
 }
 
@@ -460,5 +543,13 @@ int tide_cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
+    if (o.text.prompt || o.text.chat || (o.input && (o.text.text_input || tide_run_text_is_text_input(o.input)))) {
+        tide_engine_config c = engine_config(&o);
+        o.text.input = o.input;
+        o.text.output = o.output;
+        o.text.max_tokens = o.max_tokens;
+        o.text.ignore_eos = o.ignore_eos;
+        return tide_run_text(&o.text, &c);
+    }
     return o.ids_s ? run_ids(&o) : run_jsonl(&o);
 }

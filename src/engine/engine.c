@@ -27,7 +27,9 @@
  * the scheduler's planning touches none of it). */
 #include "tide.h"
 
+#include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +40,7 @@
 #include "engine/sampler.h"
 #include "engine/sched.h"
 #include "model/forward.h"
+#include "model/gen_config.h"
 #include "model/model.h"
 
 struct tide_engine {
@@ -47,6 +50,7 @@ struct tide_engine {
     tide_fwd_ctx *fx;
     tide_sched sched;
     int64_t vocab;
+    tide_gen_config gen;      /* the model's EOS ids */
     tide_sampler_ws *ws;      /* one per pool thread */
     int n_ws;
     uint32_t *allow;          /* every token but the image token (it cannot be fed back) */
@@ -56,10 +60,13 @@ struct tide_engine {
     tide_sample_result *res;  /* [max_seqs] */
     const tide_sampling_params **par; /* [max_seqs] */
     tide_req **rows;          /* [max_seqs] the request of each sampled row */
+    void **users;             /* [max_seqs] the user pointers of the pass's requests (fault hook) */
+    tide_engine_fault_fn fault; /* tests: tide_engine_set_fault */
+    void *fault_ctx;
     tide_req **all;           /* every unreleased request, ascending id */
     int64_t n_all, cap_all;
     int64_t next_id, n_finished;
-    int64_t steps, tokens_fed, tokens_generated;
+    int64_t steps, tokens_fed, tokens_generated, failed_passes;
     double step_seconds, last_step_seconds;
     /* phase timing (tide_engine_stats); fwd_end < 0: no forward pass to
      * measure an idle gap from (none yet, or the engine went idle since) */
@@ -139,6 +146,9 @@ static int check_config(const tide_engine_config *c, int have_model, tide_status
                          (long long)c->prefill_chunk, (long long)c->max_step_tokens);
     if (c->prefix_cache != 0 && c->prefix_cache != 1)
         return tide_fail(st, TIDE_ERR_INVALID, "engine: prefix_cache %d is not 0 (off) or 1 (on)", c->prefix_cache);
+    if (c->prefix_cache_inexact != 0 && c->prefix_cache_inexact != 1)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: prefix_cache_inexact %d is not 0 (off) or 1 (on)",
+                         c->prefix_cache_inexact);
     if (c->overlap != 0 && c->overlap != 1)
         return tide_fail(st, TIDE_ERR_INVALID, "engine: overlap %d is not 0 (off) or 1 (on)", c->overlap);
     /* page_tokens and prefix_replay need the model: checked by the scheduler */
@@ -153,16 +163,18 @@ static int alloc_buffers(tide_engine *e, tide_status *st) {
     e->res = malloc(n * sizeof *e->res);
     e->par = malloc(n * sizeof *e->par);
     e->rows = malloc(n * sizeof *e->rows);
+    e->users = malloc(n * sizeof *e->users);
     size_t words = ((size_t)e->vocab + 31) / 32;
     e->allow = malloc(words * sizeof *e->allow);
-    if (!e->logits || !e->seqs || !e->in || !e->res || !e->par || !e->rows || !e->allow)
-        return tide_fail(st, TIDE_ERR_NOMEM, "engine: out of memory");
+    if (!e->logits || !e->seqs || !e->in || !e->res || !e->par || !e->rows || !e->users || !e->allow)
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory (step buffers for %d sequences x %lld logits)",
+                         e->cfg.max_seqs, (long long)e->vocab);
     memset(e->allow, 0xff, words * sizeof *e->allow);
     int32_t img = e->m->cfg.image_token_id;
     if (img >= 0 && img < e->vocab) e->allow[img >> 5] &= ~(1u << (img & 31));
     e->n_ws = tide_pool_size(tide_fwd_pool(e->fx));
     e->ws = calloc((size_t)e->n_ws, sizeof *e->ws);
-    if (!e->ws) return tide_fail(st, TIDE_ERR_NOMEM, "engine: out of memory");
+    if (!e->ws) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory (sampler workspaces)");
     for (int i = 0; i < e->n_ws; i++)
         if (tide_sampler_ws_init(&e->ws[i], (int32_t)e->vocab, st) != 0) return -1;
     return 0;
@@ -182,6 +194,10 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
     else if (tide_model_load(cfg->model_dir, &e->own_model, st) != 0) goto fail;
     else e->m = e->own_model;
     e->vocab = e->m->cfg.text.vocab_size;
+    if (cfg->model_dir && tide_gen_config_read(cfg->model_dir, e->vocab, &e->gen, st) != 0) goto fail;
+    if (cfg->model_dir && e->gen.n_eos == 0)
+        tide_log(TIDE_LOG_WARN, "engine: %s names no eos_token_id (generation_config.json, config.json): "
+                 "requests end only at max_tokens or their own stop tokens", cfg->model_dir);
     tide_fwd_opts o = tide_fwd_default_opts();
     o.ref_layout = !cfg->canonical_layout;
     o.index_key_quirk = cfg->index_key_quirk;
@@ -194,7 +210,8 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
                          cfg->canonical_layout && !cfg->index_key_quirk,
                          cfg->prefix_cache,
                          cfg->page_tokens,
-                         cfg->prefix_replay};
+                         cfg->prefix_replay,
+                         cfg->prefix_cache_inexact};
     if (tide_sched_init(&e->sched, &sc, e->fx, st) != 0) goto fail;
     if (alloc_buffers(e, st) != 0) goto fail;
     /* the overlap's forward thread; without one the passes run inline */
@@ -250,12 +267,18 @@ void tide_engine_destroy(tide_engine *e) {
     free(e->res);
     free(e->par);
     free(e->rows);
+    free(e->users);
     tide_fwd_ctx_free(e->fx);
     tide_model_free(e->own_model);
     free(e);
 }
 
 int64_t tide_engine_vocab_size(const tide_engine *e) { return e->vocab; }
+
+int tide_engine_eos_tokens(const tide_engine *e, const int32_t **ids) {
+    *ids = e->gen.eos;
+    return e->gen.n_eos;
+}
 
 static tide_req *find(const tide_engine *e, tide_request_id id) {
     int64_t lo = 0, hi = e->n_all;
@@ -272,9 +295,9 @@ int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *i
     if (!tide_engine_busy(e)) e->fwd_end = -1; /* idle until now: no gap to measure */
     uint64_t seed = tide_rng_derive_seed(e->cfg.seed, (uint64_t)e->next_id);
     tide_req *q;
-    if (tide_req_create(r, e->vocab, e->m->cfg.image_token_id, e->m->cfg.text.max_position_embeddings, seed,
-                        &q, st) != 0)
-        return -1;
+    const tide_req_model rm = {e->vocab, (int32_t)e->m->cfg.image_token_id, e->m->cfg.text.max_position_embeddings,
+                               e->gen.eos, e->gen.n_eos};
+    if (tide_req_create(r, &rm, seed, &q, st) != 0) return -1;
     /* the last token is never fed, so the cache holds n_prompt + max_tokens - 1 positions */
     int64_t nb = tide_sched_blocks_for(&e->sched, q->n_prompt + q->sp.max_tokens - 1);
     if (nb > e->cfg.kv_blocks) {
@@ -306,7 +329,16 @@ int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *i
 static void emit(tide_engine *e, tide_event_kind kind, const tide_req *q, int32_t token) {
     if (!e->cfg.on_event) return;
     tide_event ev = {kind, q->id, q->user, token, tide_req_output(q), tide_req_n_output(q),
-                     q->n_prompt, q->reason, q->reason == TIDE_FINISH_ERROR ? q->error : NULL, q->n_cached};
+                     q->n_prompt, q->reason, q->reason == TIDE_FINISH_ERROR ? q->error : NULL, q->n_cached,
+                     0, 0, NULL, NULL};
+    e->cfg.on_event(e->cfg.event_ctx, &ev);
+}
+
+/* A TOKEN event with the sampler's log probabilities. */
+static void emit_token(tide_engine *e, const tide_req *q, const tide_sample_result *r) {
+    if (!e->cfg.on_event) return;
+    tide_event ev = {TIDE_EVENT_TOKEN, q->id, q->user, r->token, tide_req_output(q), tide_req_n_output(q),
+                     q->n_prompt, q->reason, NULL, q->n_cached, r->logprob, r->n_top, r->top_ids, r->top_logprobs};
     e->cfg.on_event(e->cfg.event_ctx, &ev);
 }
 
@@ -330,13 +362,41 @@ static void fail_all(tide_engine *e, const tide_sched_plan *p, const char *msg) 
     }
 }
 
+/* Fails q when its logits hold a NaN or an infinity (the model never
+ * produces one from sound weights: the sampler would only see "no finite
+ * logit"); returns whether it did. */
+static int bad_logits(tide_engine *e, tide_req *q, const float *logits) {
+    int64_t bad = 0, first = -1;
+    for (int64_t t = 0; t < e->vocab; t++)
+        if (!isfinite(logits[t])) {
+            if (first < 0) first = t;
+            bad++;
+        }
+    if (bad == 0) return 0;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "request %lld: the model's logits at position %lld are not finite (%lld of %lld, the first for token "
+             "%lld is %g): the checkpoint's weights are likely bad (NaN or Inf)",
+             (long long)q->id, (long long)q->n_tokens - 1, (long long)bad, (long long)e->vocab, (long long)first,
+             (double)logits[first]);
+    tide_log(TIDE_LOG_ERROR, "engine: %s", msg);
+    tide_req_set_error(q, msg);
+    finish(e, q, TIDE_FINISH_ERROR);
+    return 1;
+}
+
 /* Samples the rows that reached the end of their sequence, appends, reports,
- * applies the stop conditions. */
+ * applies the stop conditions. The pass wrote row k's logits for the k-th
+ * item that samples; rows with non-finite logits fail their request and
+ * the others close up. */
 static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
-    int n = 0;
+    int n = 0, row = 0;
     for (int i = 0; i < p->n_items; i++) {
         if (p->items[i].logits != TIDE_LOGITS_LAST) continue;
         tide_req *q = p->items[i].req;
+        float *lg = e->logits + (int64_t)row++ * e->vocab;
+        if (bad_logits(e, q, lg)) continue;
+        if (n + 1 != row) memcpy(e->logits + (int64_t)n * e->vocab, lg, (size_t)e->vocab * sizeof *lg);
         e->rows[n] = q;
         e->par[n] = &q->sp;
         e->in[n] = (tide_sampler_input){.logits = e->logits + (int64_t)n * e->vocab,
@@ -358,7 +418,10 @@ static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
         tide_req *q = e->rows[i];
         int32_t t = e->res[i].token;
         if (t < 0) {
-            tide_req_set_error(q, st.msg[0] ? st.msg : "sampling failed");
+            char msg[TIDE_STATUS_MSG + 64];
+            snprintf(msg, sizeof msg, "request %lld: sampling failed: %s", (long long)q->id,
+                     st.msg[0] ? st.msg : "no token");
+            tide_req_set_error(q, msg);
             finish(e, q, TIDE_FINISH_ERROR);
             continue;
         }
@@ -368,7 +431,7 @@ static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
             continue;
         }
         e->tokens_generated++;
-        emit(e, TIDE_EVENT_TOKEN, q, t);
+        emit_token(e, q, &e->res[i]);
         tide_stop_reason why = tide_sampling_stop(&q->sp, t, tide_req_n_output(q));
         if (why == TIDE_STOP_TOKEN) finish(e, q, TIDE_FINISH_STOP);
         else if (why == TIDE_STOP_LENGTH) finish(e, q, TIDE_FINISH_LENGTH);
@@ -399,7 +462,8 @@ static void step_prepare(tide_engine *e) {
  * publishes them to the driving thread. */
 static void run_forward(tide_engine *e) {
     tide_step_out out = {e->logits, NULL};
-    e->frc = tide_forward(e->fx, e->seqs, e->n_seqs, &out, &e->fst);
+    if (e->fault && e->fault(e->fault_ctx, e->users, e->n_seqs, &e->fst) != 0) e->frc = -1;
+    else e->frc = tide_forward(e->fx, e->seqs, e->n_seqs, &out, &e->fst);
     e->fwd_done = tide_now_seconds();
 }
 
@@ -448,6 +512,7 @@ static int step_launch(tide_engine *e) {
     for (int i = 0; i < f->n_items; i++) {
         tide_req *q = f->items[i].req;
         e->seqs[i] = (tide_step_seq){&q->cache, q->tokens + f->items[i].pos, f->items[i].n_tokens, f->items[i].logits};
+        e->users[i] = q->user;
     }
     e->n_seqs = f->n_items;
     if (e->thread_on) {
@@ -461,17 +526,39 @@ static int step_launch(tide_engine *e) {
     return 0;
 }
 
-/* Complete: after a failed pass every request of the flight fails with its
- * message; otherwise pages are registered (before a finish drops them),
- * then the rows are sampled and reported. A request that finishes leaves
- * the next plan too. */
+/* A failed pass. Alone, its request fails with the message. In a batch
+ * the culprit is unknown (the pass may have failed for one request, or for
+ * the batch's size): every request goes back to the queue without its
+ * cache and is retried in a pass of its own (tide_sched_retry_alone), where
+ * it either succeeds (and batches again) or fails alone. The others never
+ * notice: recomputation gives the same tokens. */
+static void pass_failed(tide_engine *e) {
+    const tide_sched_plan *f = &e->sched.flight;
+    tide_log(TIDE_LOG_ERROR, "engine: step %lld: the forward pass of %d request(s) failed: %s", (long long)e->steps,
+             f->n_items, e->fst.msg);
+    e->failed_passes++;
+    if (f->n_items == 1) {
+        char msg[TIDE_STATUS_MSG + 64];
+        snprintf(msg, sizeof msg, "the forward pass failed: %s", e->fst.msg);
+        fail_all(e, f, msg);
+        return;
+    }
+    /* copy first: requeueing removes from the running set the flight points into */
+    int n = f->n_items;
+    for (int i = 0; i < n; i++) e->rows[i] = f->items[i].req;
+    for (int i = n - 1; i >= 0; i--) tide_sched_retry_alone(&e->sched, e->rows[i]);
+}
+
+/* Complete: after a failed pass, pass_failed; otherwise pages are
+ * registered (before a finish drops them), then the rows are sampled and
+ * reported. A request that finishes leaves the next plan too. */
 static void step_complete(tide_engine *e) {
     tide_sched *s = &e->sched;
     if (e->frc != 0) {
-        tide_log(TIDE_LOG_ERROR, "engine: step %lld failed: %s", (long long)e->steps, e->fst.msg);
-        fail_all(e, &s->flight, e->fst.msg);
+        pass_failed(e);
     } else {
         e->tokens_fed += s->flight.n_tokens;
+        for (int i = 0; i < s->flight.n_items; i++) s->flight.items[i].req->solo = 0; /* it passed */
         tide_sched_after_step(s);
         sample_rows(e, &s->flight);
     }
@@ -514,7 +601,7 @@ static void account(tide_engine *e, double t0, double t1, double tc, double t3, 
  * overlap off the same happens in the same order on one thread, so the
  * plans, and the tokens, are the same either way. */
 int tide_engine_step(tide_engine *e, tide_status *st) {
-    (void)st;
+    if (!e) return tide_fail(st, TIDE_ERR_INVALID, "engine step: no engine");
     if (!tide_engine_busy(e)) return 0;
     tide_sched *s = &e->sched;
     double t0 = tide_now_seconds();
@@ -599,6 +686,7 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
     s->tokens_fed = e->tokens_fed;
     s->tokens_generated = e->tokens_generated;
     s->preemptions = e->sched.preemptions;
+    s->failed_passes = e->failed_passes;
     s->step_seconds = e->step_seconds;
     s->last_step_seconds = e->last_step_seconds;
     s->last_step_seqs = e->last_seqs;
@@ -640,8 +728,16 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
     s->prefix_pages_idle = ps.n_idle;
     s->prefix_evictions = ps.evicted;
     s->kv_blocks_cached = (int64_t)ps.n_idle * x->bpp;
+    s->prefix_inexact_admissions = x->inexact_admissions;
+    s->prefix_pages_withheld = x->withheld_pages;
+    s->prefix_pages_inexact = x->inexact_cached;
 }
 
 int64_t tide_engine_clear_prefix_cache(tide_engine *e) { return tide_sched_clear_prefix(&e->sched); }
 
 int tide_engine_check(const tide_engine *e, tide_status *st) { return tide_sched_check(&e->sched, st); }
+
+void tide_engine_set_fault(tide_engine *e, tide_engine_fault_fn fn, void *ctx) {
+    e->fault = fn;
+    e->fault_ctx = ctx;
+}

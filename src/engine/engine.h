@@ -6,10 +6,17 @@
 #include "tide.h"
 
 /* Like tide_engine_create, but over a model the caller loaded and keeps
- * (cfg->model_dir is ignored; m must outlive the engine). Lets tests and
+ * (m must outlive the engine; cfg->model_dir, when set, is read only for
+ * the EOS ids: model/gen_config.h). Lets tests and
  * embedders run several engines on one loaded checkpoint. */
 int tide_engine_create_with_model(const tide_engine_config *cfg, const tide_model *m, tide_engine **out,
                                   tide_status *st);
+
+/* A fault injected for tests: called before every forward pass with the
+ * user pointers of the batch's requests (n of them); returning -1 (with st
+ * set) makes the pass fail as if the forward pass had. NULL removes it. */
+typedef int (*tide_engine_fault_fn)(void *ctx, void *const *users, int n, tide_status *st);
+void tide_engine_set_fault(tide_engine *e, tide_engine_fault_fn fn, void *ctx);
 
 /* Checks the KV pool's and the prefix cache's reference counts against
  * their holders (tide_sched_check). For tests. */

@@ -42,11 +42,27 @@ static void *dup_array(const void *src, size_t n, size_t size) {
     return d;
 }
 
-int tide_req_create(const tide_request *r, int64_t vocab, int32_t image_token, int64_t max_len,
-                    uint64_t seed, tide_req **out, tide_status *st) {
+/* The stop list: the request's own ids, then the model's EOS ids if asked
+ * (NULL when empty). */
+static int32_t *stop_list(const tide_request *r, const tide_req_model *m, int32_t *n) {
+    int32_t own = r->sampling.n_stop_tokens > 0 ? r->sampling.n_stop_tokens : 0;
+    int32_t eos = r->stop_at_eos ? m->n_eos : 0;
+    *n = own + eos;
+    if (*n == 0) return NULL;
+    int32_t *s = malloc((size_t)*n * sizeof *s);
+    if (!s) return NULL;
+    if (own) memcpy(s, r->sampling.stop_tokens, (size_t)own * sizeof *s);
+    if (eos) memcpy(s + own, m->eos, (size_t)eos * sizeof *s);
+    return s;
+}
+
+int tide_req_create(const tide_request *r, const tide_req_model *m, uint64_t seed, tide_req **out,
+                    tide_status *st) {
     *out = NULL;
     if (!r) return tide_fail(st, TIDE_ERR_INVALID, "request: NULL");
-    if (check(r, vocab, image_token, max_len, st) != 0) return -1;
+    if (check(r, m->vocab, m->image_token, m->max_len, st) != 0) return -1;
+    if (r->sampling.n_stop_tokens > INT32_MAX - m->n_eos)
+        return tide_fail(st, TIDE_ERR_INVALID, "request: %d stop tokens are too many", r->sampling.n_stop_tokens);
     tide_req *q = calloc(1, sizeof *q);
     if (!q) return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory");
     q->user = r->user;
@@ -58,8 +74,9 @@ int tide_req_create(const tide_request *r, int64_t vocab, int32_t image_token, i
     q->cap_tokens = r->n_prompt + (r->sampling.max_tokens < 64 ? r->sampling.max_tokens : 64);
     q->tokens = malloc((size_t)q->cap_tokens * sizeof *q->tokens);
     tide_logit_bias *bias = dup_array(r->sampling.logit_bias, (size_t)r->sampling.n_logit_bias, sizeof *bias);
-    int32_t *stop = dup_array(r->sampling.stop_tokens, (size_t)r->sampling.n_stop_tokens, sizeof *stop);
-    if (!q->tokens || (r->sampling.n_logit_bias > 0 && !bias) || (r->sampling.n_stop_tokens > 0 && !stop)) {
+    int32_t n_stop;
+    int32_t *stop = stop_list(r, m, &n_stop);
+    if (!q->tokens || (r->sampling.n_logit_bias > 0 && !bias) || (n_stop > 0 && !stop)) {
         free(bias);
         free(stop);
         free(q->tokens);
@@ -69,6 +86,7 @@ int tide_req_create(const tide_request *r, int64_t vocab, int32_t image_token, i
     memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
     q->sp.logit_bias = bias;
     q->sp.stop_tokens = stop;
+    q->sp.n_stop_tokens = n_stop;
     *out = q;
     return 0;
 }

@@ -27,6 +27,9 @@ typedef struct tide_req {
     int has_cache;
     tide_seq_cache cache;     /* valid while has_cache */
     int64_t n_preempted;
+    /* it was in a batch whose forward pass failed: its next pass runs it
+     * alone, to tell whether it is the one that fails (sched.h) */
+    int solo;
     /* Prefix cache (sched.c): the tenant salt, and while the request runs the
      * pages it references in order (page i = tokens [i*P, (i+1)*P)): the hit
      * pages its tables share, then the pages it filled itself. */
@@ -34,13 +37,27 @@ typedef struct tide_req {
     int32_t *pages;
     int64_t n_pages, cap_pages;
     int64_t n_cached;         /* tokens whose KV came from the cache at the last admission */
+    /* pages [0, exact_pages) of its own are exact: the later ones follow a
+     * bounded replay (sched.h, "Inexact pages"); INT64_MAX when all are */
+    int64_t exact_pages;
+    int64_t n_withheld;       /* of its inexact pages, those kept out of the cache so far */
 } tide_req;
 
+/* What a request is checked against and completed with. */
+typedef struct tide_req_model {
+    int64_t vocab;
+    int32_t image_token;   /* refused in prompts; < 0: none */
+    int64_t max_len;       /* the context (<= 0: only the forward pass's own limit) */
+    const int32_t *eos;    /* appended to the stop tokens when the request stops at EOS */
+    int n_eos;
+} tide_req_model;
+
 /* Validates r against a model (vocabulary, image token, context length) and
- * makes a WAITING request with owned copies of everything. seed is used when
- * r has none. */
-int tide_req_create(const tide_request *r, int64_t vocab, int32_t image_token, int64_t max_len,
-                    uint64_t seed, tide_req **out, tide_status *st);
+ * makes a WAITING request with owned copies of everything (its stop tokens
+ * followed by the model's EOS ids when r->stop_at_eos). seed is used when r
+ * has none. */
+int tide_req_create(const tide_request *r, const tide_req_model *m, uint64_t seed, tide_req **out,
+                    tide_status *st);
 /* Frees the request; its cache must already be released. */
 void tide_req_free(tide_req *q);
 

@@ -93,7 +93,7 @@ static int parse_fields(json_t *o, const tide_jsonl_defaults *d, tide_jsonl_requ
     json_t *ie = json_object_get(o, "ignore_eos");
     int ignore_eos = ie && json_is_boolean(ie) ? json_is_true(ie) : d->ignore_eos;
     if (get_ids(o, "prompt_ids", 0, &out->prompt, &n_prompt, st) != 0 ||
-        get_ids(o, "stop_token_ids", ignore_eos ? 0 : 1, &out->stop, &n_stop, st) != 0 ||
+        get_ids(o, "stop_token_ids", 0, &out->stop, &n_stop, st) != 0 ||
         get_int(o, "max_tokens", LLONG_MIN, LLONG_MAX, &max_tokens, st) != 0 ||
         get_int(o, "top_k", -1, INT32_MAX, &top_k, st) != 0 || get_num(o, "temperature", 0, 1e6, &p->temperature, st) != 0 ||
         get_num(o, "top_p", -1e30, 1e30, &p->top_p, st) != 0 || get_num(o, "min_p", -1e30, 1e30, &p->min_p, st) != 0 ||
@@ -105,8 +105,8 @@ static int parse_fields(json_t *o, const tide_jsonl_defaults *d, tide_jsonl_requ
     if (ie && !json_is_boolean(ie))
         return tide_fail(st, TIDE_ERR_INVALID, "\"ignore_eos\": expected a boolean, got %s", tide_json_kind(ie));
     if (!json_object_get(o, "prompt_ids")) return tide_fail(st, TIDE_ERR_MISSING, "missing \"prompt_ids\"");
-    if (n_stop > INT32_MAX - 1) return tide_fail(st, TIDE_ERR_INVALID, "\"stop_token_ids\": too many (%lld)", (long long)n_stop);
-    if (!ignore_eos) out->stop[n_stop++] = TIDE_JSONL_EOS_ID; /* EOS is one more stop token (get_ids left room) */
+    if (n_stop > INT32_MAX / 2) return tide_fail(st, TIDE_ERR_INVALID, "\"stop_token_ids\": too many (%lld)", (long long)n_stop);
+    r->stop_at_eos = !ignore_eos;
     p->top_k = (int32_t)top_k;
     p->max_tokens = max_tokens;
     p->stop_tokens = out->stop;

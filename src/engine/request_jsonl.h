@@ -31,19 +31,18 @@
 #include "base/status.h"
 #include "tide.h"
 
-#define TIDE_JSONL_EOS_ID 1 /* <｜end▁of▁sentence｜> in the V4.1 vocabulary */
-
 /* What a line gets for the fields it leaves out. */
 typedef struct tide_jsonl_defaults {
     int64_t max_tokens; /* "max_tokens" */
-    int ignore_eos;     /* "ignore_eos": when 0, EOS is appended to the stop tokens */
+    int ignore_eos;     /* "ignore_eos": when 0, the model's EOS ids stop the request too
+                         * (req.stop_at_eos; the engine knows them) */
 } tide_jsonl_defaults;
 
 /* One parsed line. */
 typedef struct tide_jsonl_request {
     tide_request req; /* ready to submit (but for req.user); points into prompt and stop */
     int32_t *prompt;  /* owned, NULL when "prompt_ids" is empty */
-    int32_t *stop;    /* owned: "stop_token_ids", then EOS unless ignored */
+    int32_t *stop;    /* owned: "stop_token_ids" */
     json_t *id;       /* owned reference: the line's "id" when it is an object with one, else
                        * the line number (an integer); set for rejected lines too (NULL only
                        * when out of memory) */

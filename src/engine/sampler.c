@@ -331,14 +331,35 @@ static int32_t race(const tide_sampler_cand *c, int32_t n, double m, uint64_t se
     return best;
 }
 
-static float raw_logprob(const float *l, int32_t V, int32_t t) {
+/* The max and the log of the softmax denominator of the raw logits: the
+ * log probability of t is l[t] - m - logz. */
+static void raw_logz(const float *l, int32_t V, float *m_out, double *logz) {
     float m = -INFINITY;
     for (int32_t i = 0; i < V; i++)
         if (l[i] > m) m = l[i];
     double z = 0;
     for (int32_t i = 0; i < V; i++)
         if (l[i] > -INFINITY) z += exp((double)l[i] - m);
-    return (float)((double)l[t] - m - log(z));
+    *m_out = m;
+    *logz = log(z);
+}
+
+/* The k best raw logits by insertion into a sorted list of k: one pass,
+ * O(V) for the small k OpenAI allows. NaN counts as -inf (step 0). */
+static void raw_top(const float *l, int32_t V, int32_t k, float m, double logz, tide_sample_result *out) {
+    int32_t n = 0;
+    for (int32_t t = 0; t < V; t++) {
+        float x = l[t] == l[t] ? l[t] : -INFINITY;
+        if (n == k && !(x > l[out->top_ids[n - 1]])) continue;
+        int32_t j = n < k ? n++ : k - 1;
+        while (j > 0 && x > l[out->top_ids[j - 1]]) { /* strictly greater: ties keep the lower id first */
+            out->top_ids[j] = out->top_ids[j - 1];
+            j--;
+        }
+        out->top_ids[j] = t;
+    }
+    out->n_top = n;
+    for (int32_t i = 0; i < n; i++) out->top_logprobs[i] = (float)((double)l[out->top_ids[i]] - m - logz);
 }
 
 int tide_sample(tide_sampler_ws *ws, const tide_sampling_params *p, const tide_sampler_input *in,
@@ -357,7 +378,15 @@ int tide_sample(tide_sampler_ws *ws, const tide_sampling_params *p, const tide_s
         out->token = race(ws->cand, n, m, p->seed, in->position);
         out->n_candidates = n;
     }
-    out->logprob = in->want_logprob ? raw_logprob(in->logits, ws->n_vocab, out->token) : 0.0f;
+    out->logprob = 0.0f;
+    out->n_top = 0;
+    if (in->want_logprob || p->want_logprobs || p->top_logprobs > 0) {
+        float m;
+        double logz;
+        raw_logz(in->logits, ws->n_vocab, &m, &logz);
+        out->logprob = (float)((double)in->logits[out->token] - m - logz);
+        if (p->top_logprobs > 0) raw_top(in->logits, ws->n_vocab, p->top_logprobs, m, logz, out);
+    }
     return 0;
 }
 

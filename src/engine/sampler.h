@@ -66,7 +66,13 @@ typedef struct tide_sample_result {
     int32_t token;
     int32_t n_candidates; /* tokens kept by steps 5-7 (1 when greedy); a few may have a
                            * probability that underflows to 0 in double */
-    float logprob;        /* log softmax(raw logits)[token], if want_logprob (else 0) */
+    float logprob;        /* log softmax(raw logits)[token], if want_logprob or
+                           * want_logprobs (else 0) */
+    /* p->top_logprobs > 0: the n_top best tokens of the raw logits (ties to
+     * the lower id) and their log softmax, best first */
+    int32_t n_top;
+    int32_t top_ids[TIDE_SAMPLING_MAX_TOP_LOGPROBS];
+    float top_logprobs[TIDE_SAMPLING_MAX_TOP_LOGPROBS];
 } tide_sample_result;
 
 /* Samples one token. Fails (TIDE_ERR_INVALID) on a history token outside the

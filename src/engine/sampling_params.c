@@ -43,6 +43,9 @@ int tide_sampling_params_check(const tide_sampling_params *p, int32_t n_vocab, t
             return tide_fail(st, TIDE_ERR_INVALID, "logit_bias[%d] (token %d) = %g: must be in [-100, 100]",
                              (int)i, (int)b->token, (double)b->bias);
     }
+    if (p->top_logprobs < 0 || p->top_logprobs > TIDE_SAMPLING_MAX_TOP_LOGPROBS)
+        return tide_fail(st, TIDE_ERR_INVALID, "top_logprobs = %d: must be in [0, %d]", (int)p->top_logprobs,
+                         TIDE_SAMPLING_MAX_TOP_LOGPROBS);
     return check_tokens(p->stop_tokens, p->n_stop_tokens, n_vocab, "stop_tokens", st);
 }
 

@@ -16,6 +16,8 @@
 /* Below this temperature the sampler takes the greedy path (vLLM's
  * _SAMPLING_EPS; the reference divides by max(T, 1e-5), the same limit). */
 #define TIDE_SAMPLING_GREEDY_EPS 1e-5f
+/* Alternatives a request may ask log probabilities for (OpenAI's limit). */
+#define TIDE_SAMPLING_MAX_TOP_LOGPROBS 20
 
 typedef struct tide_logit_bias {
     int32_t token;
@@ -36,6 +38,10 @@ typedef struct tide_sampling_params {
     const int32_t *stop_tokens;        /* n_stop_tokens ids that end the request (EOS included by the caller) */
     int32_t n_stop_tokens;
     int64_t max_tokens;                /* generated tokens at most; <= 0 = no limit here */
+    /* Log probabilities of the raw logits (the model's distribution, before
+     * any of the transformations), as OpenAI's logprobs report them. */
+    int want_logprobs;                 /* the chosen token's */
+    int32_t top_logprobs;              /* and the best 0..TIDE_SAMPLING_MAX_TOP_LOGPROBS tokens' */
 } tide_sampling_params;
 
 static inline tide_sampling_params tide_sampling_params_default(void) {

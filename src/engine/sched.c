@@ -66,7 +66,8 @@ static int prefix_init(tide_sched *s, tide_status *st) {
     if (tide_prefix_init(&x->pc, (int32_t)P, (int32_t)n, 64, st) != 0) return -1;
     x->blocks = malloc((size_t)n * (size_t)x->bpp * sizeof *x->blocks);
     x->held = calloc((size_t)n, 1);
-    if (!x->blocks || !x->held) return tide_fail(st, TIDE_ERR_NOMEM, "prefix cache: out of memory");
+    x->inexact = calloc((size_t)n, 1);
+    if (!x->blocks || !x->held || !x->inexact) return tide_fail(st, TIDE_ERR_NOMEM, "prefix cache: out of memory");
     x->pc.on_evict = on_evict;
     x->pc.evict_ctx = s;
     s->prefix_on = 1;
@@ -106,6 +107,7 @@ void tide_sched_free(tide_sched *s) {
     tide_prefix_free(&s->px.pc);
     free(s->px.blocks);
     free(s->px.held);
+    free(s->px.inexact);
     memset(s, 0, sizeof *s);
 }
 
@@ -251,6 +253,13 @@ static int prefix_attach(tide_sched *s, tide_req *q, int64_t frozen, int64_t sta
 static void register_pages(tide_sched *s, tide_req *q) {
     tide_sched_prefix *x = &s->px;
     int64_t P = x->page_tokens, full = q->cache.pos / P, first = q->n_pages;
+    if (!s->cfg.cache_inexact && full > q->exact_pages) { /* the inexact ones stay private */
+        if (full - q->exact_pages > q->n_withheld) {
+            x->withheld_pages += full - q->exact_pages - q->n_withheld;
+            q->n_withheld = full - q->exact_pages;
+        }
+        full = q->exact_pages;
+    }
     if (full <= first || pages_room(q, full) != 0) return;
     tide_status st = {0};
     while (q->n_pages < full) {
@@ -261,6 +270,8 @@ static void register_pages(tide_sched *s, tide_req *q) {
             int64_t per = x->src_off[k + 1] - x->src_off[k];
             memcpy(b + x->src_off[k], q->cache.tables[k].blocks + q->n_pages * per, (size_t)per * sizeof *b);
         }
+        x->inexact[pg] = q->n_pages >= q->exact_pages;
+        x->inexact_cached += x->inexact[pg];
         q->pages[q->n_pages++] = pg;
     }
     if (q->n_pages == first) return;
@@ -350,6 +361,14 @@ static void preempt_last(tide_sched *s) {
     wq_push_front(s, v);
 }
 
+void tide_sched_retry_alone(tide_sched *s, tide_req *q) {
+    tide_sched_remove(s, q);
+    q->solo = 1;
+    q->n_preempted++;
+    s->preemptions++;
+    wq_push_front(s, q);
+}
+
 static void add(tide_sched *s, tide_req *q, int64_t pos, int64_t n, int64_t len) {
     tide_sched_item *it = &s->plan.items[s->plan.n_items++];
     it->req = q;
@@ -414,11 +433,17 @@ static int start_seq(tide_sched *s, tide_req *q, int64_t frozen, int64_t start, 
     q->has_cache = 1;
     if (frozen > 0 && prefix_attach(s, q, frozen, start, st) != 0) return -1;
     q->n_cached = frozen;
+    /* a bounded replay, or a hit on inexact pages: what it computes next is inexact */
+    int inexact = frozen > 0 && start > 0;
+    for (int64_t i = 0; i < q->n_pages && !inexact; i++) inexact = s->px.inexact[q->pages[i]];
+    q->exact_pages = inexact ? frozen / s->px.page_tokens : INT64_MAX;
+    q->n_withheld = 0;
     if (s->prefix_on) {
         s->px.lookup_tokens += q->n_tokens - 1;
         s->px.hit_tokens += frozen;
         s->px.replay_tokens += frozen - start;
         s->px.hits += frozen > 0;
+        s->px.inexact_admissions += inexact;
     }
     return 0;
 }
@@ -460,6 +485,7 @@ void tide_sched_make_plan(tide_sched *s) {
     }
     while (s->wq_n > 0 && s->n_running < s->cfg.max_seqs && budget > 0 && p->n_failed < s->cfg.max_seqs) {
         tide_req *q = wq_at(s, 0);
+        if (q->solo && p->n_items > 0) break; /* it waits for a pass of its own */
         int64_t frozen = prefix_lookup(s, q), start = 0;
         if (frozen > 0 && s->px.replay >= 0 && frozen > s->px.replay) start = frozen - s->px.replay;
         int64_t n = chunk_at(s, q, start, q->n_tokens, budget);
@@ -481,6 +507,7 @@ void tide_sched_make_plan(tide_sched *s) {
         add(s, q, start, n, q->n_tokens);
         planned += nb;
         budget -= n;
+        if (q->solo) break; /* nothing else in its pass */
     }
     reclaim(s, planned);
 }

@@ -34,7 +34,15 @@
  * running request's newly completed pages are registered; the cache then
  * holds one reference on their blocks, so they outlive the request. Cached
  * pages nobody references count as free for admission and are evicted,
- * least recently used first, when their blocks are needed. */
+ * least recently used first, when their blocks are needed.
+ *
+ * Inexact pages. A hit restored with a bounded replay (start > 0) rebuilds
+ * the window rings from `replay` tokens only, so every page the request
+ * computes after the hit follows that approximation, and so do the pages of
+ * a request that hit an inexact page. By default such pages stay private to
+ * the request (never registered), so the approximation cannot spread to
+ * later requests; with cache_inexact they are registered and marked, and a
+ * hit on one makes the hitter's later pages inexact in turn. */
 #ifndef TIDE_ENGINE_SCHED_H
 #define TIDE_ENGINE_SCHED_H
 
@@ -52,6 +60,7 @@ typedef struct tide_sched_cfg {
     int prefix_cache;        /* 1 = on */
     int64_t page_tokens;     /* 0 = derived (see tide_sched_page_unit) */
     int64_t prefix_replay;   /* -1 = the whole prefix */
+    int cache_inexact;       /* 1 = register pages computed after a bounded replay too (marked) */
 } tide_sched_cfg;
 
 /* The prefix cache's side of the scheduler: the page index and, per page, the
@@ -65,7 +74,11 @@ typedef struct tide_sched_prefix {
     int src_off[TIDE_MAX_LAYERS + 1];/* source k's blocks: [src_off[k], src_off[k+1]) of a page */
     int32_t *blocks;                 /* [n_pages][bpp] */
     uint8_t *held;                   /* [n_pages] */
+    uint8_t *inexact;                /* [n_pages] the page's KV follows a bounded replay (cache_inexact) */
     int64_t lookup_tokens, hit_tokens, replay_tokens, hits;
+    int64_t inexact_admissions;      /* admissions whose new pages are inexact */
+    int64_t withheld_pages;          /* inexact pages kept out of the cache (cache_inexact 0) */
+    int64_t inexact_cached;          /* inexact pages registered (cache_inexact 1) */
 } tide_sched_prefix;
 
 typedef struct tide_sched_item {
@@ -126,6 +139,13 @@ int tide_sched_enqueue(tide_sched *s, tide_req *q, tide_status *st);
 /* Takes q out of the queue or the running set and the plan, and drops its
  * cache (never called on a request in flight while its pass runs). */
 void tide_sched_remove(tide_sched *s, tide_req *q);
+
+/* A failed pass (engine.c): q, one of its batch, goes back to the front of
+ * the queue without its cache (like a preemption: recomputed, with the same
+ * tokens) and is admitted alone (q->solo), so that a request whose pass
+ * fails by itself can be failed without failing the rest. Call for the
+ * batch newest first, to keep their order. */
+void tide_sched_retry_alone(tide_sched *s, tide_req *q);
 
 /* Plans the next step into s->plan (admitting and preempting as needed).
  * With a step in flight (s->flight) it plans from where that step will

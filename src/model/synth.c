@@ -15,6 +15,7 @@
 #include "base/threadpool.h"
 #include "io/safetensors.h"
 #include "model/engram.h"
+#include "model/gen_config.h"
 #include "num/num.h"
 
 /* Elements per slab: a write holds ~8 bytes per element (~32 MiB) whatever the shape. */
@@ -341,6 +342,8 @@ int tide_synth_write(const tide_config *cfg_in, const tide_synth_opts *o, tide_s
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->out_dir);
     if (tide_config_write_json(cfg, path, st)) goto out;
+    static const int32_t eos = 1; /* the release's ids: BOS 0, EOS 1 (spec section 1) */
+    if (tide_gen_config_write(o->out_dir, 0, &eos, 1, st)) goto out;
     if (o->tokenizer) {
         if (copy_tokenizer(o->tokenizer, o->out_dir, st)) goto out;
         rep->wrote_tokenizer = 1;

@@ -1,13 +1,15 @@
 /* A rendered prompt (render.h) -> token ids.
  *
  * The renderer's markup holds the special tokens it means; the client's
- * text (tide_prompt.plain spans) must never turn into one (a user message
- * that spells "<｜User｜>" would forge a turn). The prompt is cut at each
- * special token of the markup; each piece between cuts is encoded with
- * TIDE_ENCODE_SPLIT_SPECIAL, so the client's text is plain while the pieces
- * stay as long as a whole-text encode sees them: the ids equal
- * tide_tokenizer_encode of the whole text whenever no client span spells a
- * special token. */
+ * text (tide_prompt.plain spans) must never turn into one: a user message
+ * that spells "<｜User｜>" would forge a turn (in the V4.1 vocabulary that
+ * token is not even flagged special, so HF's split_special_tokens would not
+ * stop it). The prompt is encoded piece by piece: the markup between client
+ * spans with its added tokens matched, each client span with
+ * TIDE_ENCODE_PLAIN (every added token's text is plain text). Spans meet
+ * the markup at added tokens or line breaks, where the pre-tokenizer cuts
+ * anyway, so for client text without added tokens the ids are those of
+ * tide_tokenizer_encode on the whole text (tests/test_gen.c checks it). */
 #ifndef TIDE_TEXT_PROMPT_TOK_H
 #define TIDE_TEXT_PROMPT_TOK_H
 

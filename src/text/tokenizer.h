@@ -73,6 +73,10 @@ enum {
      * does: "<｜User｜>" typed by a user is not the control token. Non-special
      * added tokens are still matched. */
     TIDE_ENCODE_SPLIT_SPECIAL = 1u << 0,
+    /* Treat every added token as plain text, special or not: the client's
+     * text in a rendered prompt (text/prompt_tok.h), where a user who types
+     * "<｜User｜>" (a non-special added token in V4.1) must not forge a turn. */
+    TIDE_ENCODE_PLAIN = 1u << 1,
 };
 
 /* Appends the ids of text[0..len) to out. The text must be valid UTF-8

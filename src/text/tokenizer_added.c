@@ -198,7 +198,7 @@ int tok_split_added(const tide_tokenizer *tok, const tok_trie *t, const char *te
         const tok_added *ad = &tok->added[a];
         size_t start = i, stop = i + mlen;
         /* A rejected match is skipped whole, as HF's find_iter has moved past it. */
-        if (((flags & TIDE_ENCODE_SPLIT_SPECIAL) && ad->special) ||
+        if ((flags & TIDE_ENCODE_PLAIN) || ((flags & TIDE_ENCODE_SPLIT_SPECIAL) && ad->special) ||
             (ad->single_word && (last_char_is_word(text, start) || first_char_is_word(text + stop, len - stop)))) {
             i = stop;
             continue;

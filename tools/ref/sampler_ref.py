@@ -10,6 +10,8 @@ Usage: sampler_ref.py DIR N
   reads  DIR/case_I.txt   parameters, one "key value..." line each
          DIR/case_I.bin   int32 V, float32 logits[V], float64 exp_draws[V]
   writes DIR/probs_I.bin  float64 probs[V]
+         DIR/logprobs_I.txt "TOKEN LOGPROB" of the chosen token, then one line
+                          per top_logprobs token (raw log softmax)
   prints "I TOKEN" per case on stdout.
 """
 import sys
@@ -97,6 +99,19 @@ def distribution(p, logits):
     return probs, keep
 
 
+def raw_logprobs(p, logits, token):
+    """Log softmax of the RAW logits (NaN = -inf), in float64: the chosen
+    token's and the best top_logprobs tokens' (value descending, id
+    ascending on ties), as OpenAI's logprobs report them."""
+    x = np.where(np.isnan(logits), -np.inf, logits.astype(np.float64))
+    m = x.max()
+    logz = np.log(np.exp(x[np.isfinite(x)] - m).sum())
+    lp = x - m - logz
+    k = int(p.get("top_logprobs", ["0"])[0])
+    order = sorted(range(len(x)), key=lambda t: (-x[t], t))[:k]
+    return lp[token], [(t, lp[t]) for t in order]
+
+
 def main():
     d, n = sys.argv[1], int(sys.argv[2])
     for i in range(n):
@@ -109,6 +124,11 @@ def main():
             best = q.max()
             token = int(keep[q == best].min())
         probs.tofile(f"{d}/probs_{i}.bin")
+        chosen, top = raw_logprobs(p, logits, token)
+        with open(f"{d}/logprobs_{i}.txt", "w") as f:
+            f.write(f"{token} {float(chosen)!r}\n")
+            for t, v in top:
+                f.write(f"{t} {float(v)!r}\n")
         print(i, token)
 
 
