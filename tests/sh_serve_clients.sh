@@ -19,6 +19,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/sh_serve_clients.XXXXXX")
 pid=
 cleanup() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
+[ -n "${TIDE_KEEP:-}" ] && trap "echo kept \$work" EXIT
 fail=0
 
 "$tide" serve --help | grep -q -- '--api-key' || { echo "FAIL: --help lacks --api-key"; fail=1; }

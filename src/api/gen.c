@@ -169,9 +169,11 @@ static void drain_queues(tide_gen_engine *g) {
     size_t nc = g->n_cancels;
     tide_gen_id cancels[64];
     if (nc > 64) nc = 64;
-    memcpy(cancels, g->cancels, nc * sizeof *cancels);
-    memmove(g->cancels, g->cancels + nc, (g->n_cancels - nc) * sizeof *cancels);
-    g->n_cancels -= nc;
+    if (nc) { /* g->cancels is NULL until the first cancel: no memcpy from it */
+        memcpy(cancels, g->cancels, nc * sizeof *cancels);
+        memmove(g->cancels, g->cancels + nc, (g->n_cancels - nc) * sizeof *cancels);
+        g->n_cancels -= nc;
+    }
     pthread_mutex_unlock(&g->mu);
     while (p) {
         gen_session *next = p->next;
