@@ -4,7 +4,8 @@
 # tools/npm/serve_clients.mjs (the openai and @anthropic-ai/sdk npm
 # packages: chat, completions, responses, messages, streaming and not,
 # tools, thinking, errors, auth, metrics), then SIGTERM: the server must
-# drain and exit 0. Also: --help, and --backend cuda refused with a reason.
+# drain and exit 0. Also: --help, --backend cuda refused with a reason, and
+# tide bench serve against the same server.
 # Usage: sh_serve_clients.sh TIDE_EXE SRC_DIR BIN_DIR
 set -uo pipefail
 tide=$1 src=$2
@@ -31,6 +32,13 @@ source "$src/tests/serve_start.sh"
 serve_start "$tide" "$work" --model "$work/tiny" --api-key test-key || exit 1
 
 timeout 120 node "$npm/serve_clients.mjs" "http://127.0.0.1:$port" test-key || fail=1
+
+# tide bench serve against it: every request streamed to [DONE], the report's lines.
+out=$(timeout 120 "$tide" bench serve --url "http://127.0.0.1:$port" --model "$work/tiny" --api-key test-key \
+  --requests 3 --prompt-len 4-8 --gen 3 2>&1) || { echo "FAIL: bench serve: $out"; fail=1; }
+for p in '^  generated tok/s  .* \(9 tokens\)$' '^  TTFT  .*\(ms, 3 samples\)$' '^  end-to-end' '^  errors           0$'; do
+  echo "$out" | grep -Eq "$p" || { echo "FAIL: bench serve output lacks '$p'"; echo "$out"; fail=1; }
+done
 
 kill -TERM "$pid"
 rc=0

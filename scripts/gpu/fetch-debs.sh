@@ -6,7 +6,7 @@
 # there into a private prefix; nothing is installed on either machine.
 #
 # The set: the run-time and -dev packages of jansson, utf8proc, oniguruma and
-# cmocka, libmicrohttpd (tide serve), plus pkgconf (the GPU image is not known to ship pkg-config; it is
+# cmocka, libmicrohttpd (tide serve), libcurl (tide bench serve), plus pkgconf (the GPU image is not known to ship pkg-config; it is
 # small, and build.sh prefers the machine's own when there is one). CMake and
 # ninja come with the GPU image (pip), so they are not fetched.
 #
@@ -21,6 +21,7 @@ pkgs=(
   libonig5 libonig-dev
   libcmocka0 libcmocka-dev
   libmicrohttpd12 libmicrohttpd-dev
+  libcurl4 libcurl4-openssl-dev
   pkgconf-bin libpkgconf3
 )
 mkdir -p "$dest"

@@ -13,7 +13,7 @@ const [base, nArg, dArg, sArg] = process.argv.slice(2);
 const N = +nArg, D = +dArg, S = +sArg;
 const url = new URL(base);
 const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
-const DEADLINE_MS = 120000;
+const DEADLINE_MS = 300000;
 
 function post(i, mode) {
   return new Promise((resolve) => {
