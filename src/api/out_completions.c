@@ -73,11 +73,4 @@ static json_t *response(tide_api_out *o) {
     return r;
 }
 
-static int fail(tide_api_out *o, const char *message, tide_status *st) {
-    json_t *e = json_pack("{s:{s:o, s:s, s:n, s:n}}", "error", "message", tide_jstr(message, strlen(message)), "type",
-                          "server_error", "param", "code");
-    if (tide_out_emit(o, NULL, e, st) != 0) return -1;
-    return done(o, st);
-}
-
-const out_api tide_out_completions = {nothing, no_item, delta, no_item, finish, response, fail};
+const out_api tide_out_completions = {nothing, no_item, delta, no_item, finish, response, tide_out_openai_fail};

@@ -66,6 +66,9 @@ const char *tide_out_call_name(const tide_api_out *o, size_t call);
 /* The parser's matched stop sequence, or NULL. */
 const char *tide_out_stop_seq(const tide_api_out *o);
 
+/* The OpenAI APIs' streamed failure: an error object, then [DONE]. */
+int tide_out_openai_fail(tide_api_out *o, const char *message, tide_status *st);
+
 extern const out_api tide_out_chat, tide_out_responses, tide_out_messages, tide_out_completions;
 
 #endif

@@ -23,6 +23,7 @@
 
 #include "base/json.h"
 #include "base/log.h"
+#include "cli/batch_end.h"
 #include "cli/cli.h"
 #include "cli/out_file.h"
 #include "cli/run_text.h"
@@ -460,50 +461,23 @@ static int step_all(tide_engine *e, batch *b, tide_status *st) {
     return 0;
 }
 
-/* The end of a run: the results file is committed when everything was
- * written (every request, or those finished before a stop signal), else
- * removed (an existing file stays as it was). */
+/* The end of a run (cli/batch_end.h: commit or remove the results file). */
 static int finish_jsonl(batch *b, int sig, int ok, tide_status *st) {
-    if (b->write_failed) {
-        fprintf(stderr, "tide run: %s\n", b->wst.msg);
-        ok = 0;
-    }
-    if (!ok) {
-        tide_out_abort(&b->out);
-        return TIDE_EXIT_FAIL;
-    }
-    char name[512]; /* commit frees the path */
-    snprintf(name, sizeof name, "%s", tide_out_name(&b->out));
-    if (tide_out_commit(&b->out, st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st->msg);
-        return TIDE_EXIT_FAIL;
-    }
-    if (sig) {
-        fprintf(stderr, "tide run: stopped by %s: %lld of %lld requests finished (complete lines in %s), %lld not run\n",
-                tide_stop_signal_name(sig), (long long)b->n_finished, (long long)b->n_lines, name,
-                (long long)(b->n_lines - b->n_finished));
-        return 128 + sig;
-    }
-    return b->n_errors ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
+    (void)st;
+    const tide_batch_end end = {.ok = ok, .sig = sig, .write_failed = b->write_failed, .wst = &b->wst,
+                                .n_finished = b->n_finished, .n_lines = b->n_lines, .n_errors = b->n_errors};
+    return tide_batch_finish(&b->out, &end);
 }
 
 static int run_jsonl(const run_opts *o) {
     batch b;
     memset(&b, 0, sizeof b);
     tide_status st = {0};
-    if (tide_out_open(&b.out, o->output, o->input, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        return TIDE_EXIT_FAIL;
-    }
     sigset_t old_mask;
-    tide_stop_signals_block(&old_mask); /* before the engine's threads start: they inherit it */
+    FILE *in;
+    if (tide_batch_open(&b.out, &in, &old_mask, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
     tide_engine *e = NULL;
     int ok = 0, sig = 0;
-    FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
-    if (!in) {
-        fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
-        goto done;
-    }
     tide_engine_config c = engine_config(o);
     c.on_event = on_event;
     c.event_ctx = &b;
@@ -531,11 +505,10 @@ static int run_jsonl(const run_opts *o) {
 done:;
     int rc = finish_jsonl(&b, sig, ok, &st);
     tide_engine_destroy(e);
-    tide_stop_signals_restore(&old_mask);
+    tide_batch_close(in, &old_mask);
     for (int64_t i = 0; i < b.n_ids; i++) json_decref(b.ids[i]);
     free(b.ids);
     free(b.done);
-    if (in && in != stdin) fclose(in);
     return rc;
 }
 

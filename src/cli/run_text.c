@@ -25,6 +25,7 @@
 
 #include "api/gen.h"
 #include "base/log.h"
+#include "cli/batch_end.h"
 #include "cli/cli.h"
 #include "cli/out_file.h"
 #include "cli/stop_signal.h"
@@ -344,54 +345,30 @@ static int read_batch(tide_gen_engine *g, batch *b, FILE *in, const tide_run_tex
     return r < 0 ? -1 : 0;
 }
 
-/* The results file is committed when everything was written (every
- * request, or those finished before a stop signal), else removed. */
+/* The end (cli/batch_end.h), with the batch's figures on stderr. */
 static int finish_batch(tide_gen_engine *g, batch *b, int sig, int ok) {
-    tide_status st = {0};
-    if (b->write_failed) {
-        fprintf(stderr, "tide run: %s\n", b->wst.msg);
-        ok = 0;
+    if (ok && !sig && !b->write_failed) {
+        tide_gen_stats s;
+        tide_gen_get_stats(g, &s);
+        fprintf(stderr, "tide run: %lld/%lld done, %lld errors, %lld steps, %.1f tok/s (%.2f generated/s)\n",
+                (long long)b->n_finished, (long long)b->n_lines, (long long)b->n_errors, (long long)s.engine.steps,
+                s.engine.tokens_per_s, s.engine.generated_per_s);
     }
-    if (!ok) {
-        tide_out_abort(&b->out);
-        return TIDE_EXIT_FAIL;
-    }
-    char name[512]; /* commit frees the path */
-    snprintf(name, sizeof name, "%s", tide_out_name(&b->out));
-    if (tide_out_commit(&b->out, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        return TIDE_EXIT_FAIL;
-    }
-    tide_gen_stats s;
-    tide_gen_get_stats(g, &s);
-    if (sig) {
-        fprintf(stderr, "tide run: stopped by %s: %lld of %lld requests finished (complete lines in %s), %lld not run\n",
-                tide_stop_signal_name(sig), (long long)b->n_finished, (long long)b->n_lines, name,
-                (long long)(b->n_lines - b->n_finished));
-        return 128 + sig;
-    }
-    fprintf(stderr, "tide run: %lld/%lld done, %lld errors, %lld steps, %.1f tok/s (%.2f generated/s)\n",
-            (long long)b->n_finished, (long long)b->n_lines, (long long)b->n_errors, (long long)s.engine.steps,
-            s.engine.tokens_per_s, s.engine.generated_per_s);
-    return b->n_errors ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
+    const tide_batch_end end = {.ok = ok, .sig = sig, .write_failed = b->write_failed, .wst = &b->wst,
+                                .n_finished = b->n_finished, .n_lines = b->n_lines, .n_errors = b->n_errors};
+    return tide_batch_finish(&b->out, &end);
 }
 
 static int run_batch(const tide_run_text_opts *o, const tide_engine_config *cfg) {
     batch b;
     memset(&b, 0, sizeof b);
     tide_status st = {0};
-    if (tide_out_open(&b.out, o->output, o->input, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        return TIDE_EXIT_FAIL;
-    }
     sigset_t old_mask;
-    tide_stop_signals_block(&old_mask); /* before the engine's threads start: they inherit it */
+    FILE *in;
+    if (tide_batch_open(&b.out, &in, &old_mask, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
     tide_gen_engine *g = NULL;
     int ok = 0, sig = 0;
-    FILE *in = !strcmp(o->input, "-") ? stdin : fopen(o->input, "r");
-    if (!in) {
-        fprintf(stderr, "tide run: cannot open %s: %s\n", o->input, strerror(errno));
-    } else if (tide_gen_create(cfg, NULL, &g, &st) != 0) {
+    if (tide_gen_create(cfg, NULL, &g, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
     } else if (read_batch(g, &b, in, o) != 0) {
         fprintf(stderr, "tide run: reading %s failed\n", o->input);
@@ -404,8 +381,7 @@ static int run_batch(const tide_run_text_opts *o, const tide_engine_config *cfg)
     b.stopping = 1; /* what a stop or a failure left unfinished writes no line */
     int rc = g ? finish_batch(g, &b, sig, ok) : (tide_out_abort(&b.out), TIDE_EXIT_FAIL);
     tide_gen_destroy(g);
-    tide_stop_signals_restore(&old_mask);
-    if (in && in != stdin) fclose(in);
+    tide_batch_close(in, &old_mask);
     return rc;
 }
 
