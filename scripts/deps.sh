@@ -4,6 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libjansson-dev libutf8proc-dev libonig-dev libcmocka-dev
+      libmicrohttpd-dev libcurl4-openssl-dev
       python3 python3-numpy ca-certificates
       libisal-dev liburing-dev libxxhash-dev)
 missing=()

@@ -6,7 +6,7 @@
 # there into a private prefix; nothing is installed on either machine.
 #
 # The set: the run-time and -dev packages of jansson, utf8proc, oniguruma and
-# cmocka, ISA-L, liburing and xxHash (the KV store), plus pkgconf (the GPU image is not known to ship pkg-config; it is
+# cmocka, ISA-L, liburing and xxHash (the KV store), libmicrohttpd (tide serve), libcurl (tide bench serve), plus pkgconf (the GPU image is not known to ship pkg-config; it is
 # small, and build.sh prefers the machine's own when there is one). CMake and
 # ninja come with the GPU image (pip), so they are not fetched.
 #
@@ -20,6 +20,8 @@ pkgs=(
   libutf8proc2 libutf8proc-dev
   libonig5 libonig-dev
   libcmocka0 libcmocka-dev
+  libmicrohttpd12 libmicrohttpd-dev
+  libcurl4 libcurl4-openssl-dev
   pkgconf-bin libpkgconf3
   libisal2 libisal-dev liburing2 liburing-dev libxxhash0 libxxhash-dev
 )

@@ -19,6 +19,7 @@ static const command commands[] = {
     {"detokenize", tide_cmd_detokenize, "token ids on stdin -> text"},
     {"bench", tide_cmd_bench, "performance: throughput, latency, step times next to their roofline"},
     {"kv", tide_cmd_kv, "inspect and maintain a persistent KV cache store: stat, ls, verify, gc"},
+    {"serve", tide_cmd_serve, "OpenAI / Anthropic compatible HTTP server"},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,232 @@
+/* libmicrohttpd glue: the daemon (epoll, internal thread pool, suspend and
+ * resume), body accumulation under the size limit, the hand-over to
+ * serve_route, and the two ways a job's answer goes out: a streaming
+ * response whose reader suspends the connection until the engine thread has
+ * more SSE bytes, or (non-streaming) a connection suspended in the access
+ * handler until the whole body is ready. A request whose connection closes
+ * before its job finished cancels its session (which frees its KV pages). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "base/log.h"
+#include "serve/serve_internal.h"
+
+typedef struct conn_ctx {
+    tide_sb body;
+    int too_big;
+    int answered; /* a response was queued */
+    serve_job *job;
+} conn_ctx;
+
+static const char *get_header(void *ud, const char *name) {
+    return MHD_lookup_connection_value((struct MHD_Connection *)ud, MHD_HEADER_KIND, name);
+}
+
+static void count_status(tide_server *srv, int status) {
+    pthread_mutex_lock(&srv->mu);
+    serve_metrics_count_status(&srv->metrics, status);
+    pthread_mutex_unlock(&srv->mu);
+}
+
+static enum MHD_Result queue_buffer(tide_server *srv, struct MHD_Connection *c, int status, const char *ctype,
+                                    char *body, size_t len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body ? body : (char *)"", body ? MHD_RESPMEM_MUST_FREE
+                                                                                             : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype ? ctype : "application/json");
+    count_status(srv, status);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Streaming: hands out what the engine thread wrote; suspends when there
+ * is nothing yet (the engine thread resumes it). */
+static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
+    (void)pos;
+    serve_job *j = cls;
+    pthread_mutex_lock(&j->srv->mu);
+    ssize_t n;
+    if (j->off < j->buf.len) {
+        size_t k = j->buf.len - j->off < max ? j->buf.len - j->off : max;
+        memcpy(out, j->buf.s + j->off, k);
+        j->off += k;
+        if (j->off == j->buf.len) tide_sb_reset(&j->buf), j->off = 0;
+        n = (ssize_t)k;
+    } else if (j->finished) {
+        n = MHD_CONTENT_READER_END_OF_STREAM;
+    } else {
+        j->suspended = 1;
+        MHD_suspend_connection(j->conn);
+        n = 0;
+    }
+    pthread_mutex_unlock(&j->srv->mu);
+    return n;
+}
+
+static enum MHD_Result start_stream(tide_server *srv, struct MHD_Connection *c, serve_job *j) {
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, j, NULL);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    count_status(srv, 200);
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Non-streaming: queues the body once it is complete, else waits. */
+static enum MHD_Result answer_job(tide_server *srv, struct MHD_Connection *c, conn_ctx *cx) {
+    serve_job *j = cx->job;
+    pthread_mutex_lock(&srv->mu);
+    if (!j->finished) {
+        j->suspended = 1;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&srv->mu);
+        return MHD_YES;
+    }
+    int status = j->status;
+    size_t len = j->buf.len;
+    char *body = tide_sb_take(&j->buf);
+    pthread_mutex_unlock(&srv->mu);
+    cx->answered = 1;
+    return queue_buffer(srv, c, status, "application/json", body, body ? len : 0);
+}
+
+static enum MHD_Result dispatch(tide_server *srv, struct MHD_Connection *c, const char *url, const char *method,
+                                conn_ctx *cx) {
+    serve_reply rp = {0};
+    if (cx->too_big) {
+        serve_error(&rp, serve_api_of_path(url), 413, "invalid_request_error", NULL,
+                    "the body is larger than this server's limit of %zu bytes", srv->cfg.max_body);
+    } else {
+        serve_http_req rq = {.method = method, .path = url, .body = cx->body.s ? cx->body.s : "",
+                             .len = cx->body.len, .header = get_header, .ud = c};
+        serve_route(srv, &rq, &rp);
+    }
+    if (!rp.job) {
+        cx->answered = 1;
+        return queue_buffer(srv, c, rp.status, rp.ctype, rp.body, rp.len);
+    }
+    serve_job *j = rp.job;
+    j->conn = c;
+    if (serve_job_submit(j, &rp) != 0) {
+        pthread_mutex_lock(&srv->mu);
+        serve_job_unref(j);
+        pthread_mutex_unlock(&srv->mu);
+        cx->answered = 1;
+        return queue_buffer(srv, c, rp.status, rp.ctype, rp.body, rp.len);
+    }
+    cx->job = j;
+    if (j->stream) {
+        cx->answered = 1;
+        return start_stream(srv, c, j);
+    }
+    return answer_job(srv, c, cx);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *data, size_t *data_size, void **con_cls) {
+    (void)version;
+    tide_server *srv = cls;
+    conn_ctx *cx = *con_cls;
+    if (!cx) {
+        cx = calloc(1, sizeof *cx);
+        if (!cx) return MHD_NO;
+        tide_sb_init(&cx->body);
+        *con_cls = cx;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body) cx->too_big = 1;
+        return MHD_YES;
+    }
+    if (*data_size) {
+        if (!cx->too_big && cx->body.len + *data_size > srv->cfg.max_body) cx->too_big = 1, tide_sb_free(&cx->body);
+        if (!cx->too_big) tide_sb_addn(&cx->body, data, *data_size);
+        if (cx->body.oom) cx->too_big = 1, tide_sb_free(&cx->body);
+        *data_size = 0;
+        return MHD_YES;
+    }
+    if (cx->answered) return MHD_YES;
+    if (cx->job) return answer_job(srv, c, cx); /* resumed: the body is ready */
+    return dispatch(srv, c, url, method, cx);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c, (void)toe;
+    tide_server *srv = cls;
+    conn_ctx *cx = *con_cls;
+    if (!cx) return;
+    if (cx->job) {
+        pthread_mutex_lock(&srv->mu);
+        serve_job *j = cx->job;
+        j->conn = NULL;
+        j->suspended = 0;
+        if (!j->finished) {
+            j->cancel = 1;
+            srv->metrics.disconnects++;
+            if (j->gid && srv->gen) tide_gen_cancel(srv->gen, j->gid); /* frees its KV pages */
+        }
+        serve_job_unref(j);
+        pthread_mutex_unlock(&srv->mu);
+    }
+    tide_sb_free(&cx->body);
+    free(cx);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    tide_log(TIDE_LOG_DEBUG, "serve: http: %s", msg);
+}
+
+int serve_http_start(tide_server *srv, tide_status *st) {
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, srv->host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)srv->cfg.port);
+    } else if (inet_pton(AF_INET6, srv->host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)srv->cfg.port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        return tide_fail(st, TIDE_ERR_INVALID, "--host '%s': not an IPv4 or IPv6 address", srv->host);
+    }
+    /* One polling thread, or a pool of them (libmicrohttpd warns about a
+     * pool of one). Idle keep-alive connections close after 120 s. */
+    struct MHD_OptionItem opts[] = {
+        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, srv},
+        {MHD_OPTION_SOCK_ADDR, 0, &ss},
+        {MHD_OPTION_CONNECTION_LIMIT, srv->cfg.max_connections, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv},
+        {srv->cfg.http_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, srv->cfg.http_threads, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    srv->mhd = MHD_start_daemon(flags, (uint16_t)srv->cfg.port, NULL, NULL, on_request, srv, MHD_OPTION_ARRAY, opts,
+                                MHD_OPTION_END);
+    if (!srv->mhd)
+        return tide_fail(st, TIDE_ERR_IO, "cannot listen on %s port %d (in use, or not an address of this machine)",
+                         srv->host, srv->cfg.port);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = di ? di->port : srv->cfg.port;
+    return 0;
+}
+
+void serve_http_stop(tide_server *srv) {
+    if (srv->mhd) MHD_stop_daemon(srv->mhd);
+    srv->mhd = NULL;
+}

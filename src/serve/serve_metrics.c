@@ -1,0 +1,111 @@
+/* /metrics in the Prometheus text format and /health. Counters are kept
+ * under srv->mu by the HTTP threads (statuses) and the engine thread
+ * (tokens, latencies); the engine's own figures come from the snapshot the
+ * engine thread takes after every step. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+
+/* Seconds: 1 ms .. 60 s, roughly x2.5 apart. */
+static const double BOUNDS[SERVE_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                  0.25,  0.5,    1,     2.5,  5,     10,  60};
+
+void serve_hist_add(serve_hist *h, double s) {
+    int b = 0;
+    while (b < SERVE_HIST_BUCKETS && s > BOUNDS[b]) b++;
+    h->counts[b]++;
+    h->sum += s;
+    h->n++;
+}
+
+void serve_metrics_count_status(serve_metrics *m, int status) {
+    for (int i = 0; i < m->n_codes; i++)
+        if (m->codes[i] == status) {
+            m->code_counts[i]++;
+            return;
+        }
+    if (m->n_codes < SERVE_MAX_CODES) m->codes[m->n_codes] = status, m->code_counts[m->n_codes++] = 1;
+}
+
+static void hist(tide_sb *b, const char *name, const char *help, const serve_hist *h) {
+    tide_sb_addf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    int64_t cum = 0;
+    for (int i = 0; i < SERVE_HIST_BUCKETS; i++) {
+        cum += h->counts[i];
+        tide_sb_addf(b, "%s_bucket{le=\"%g\"} %" PRId64 "\n", name, BOUNDS[i], cum);
+    }
+    cum += h->counts[SERVE_HIST_BUCKETS];
+    tide_sb_addf(b, "%s_bucket{le=\"+Inf\"} %" PRId64 "\n%s_sum %.6f\n%s_count %" PRId64 "\n", name, cum, name, h->sum,
+                 name, h->n);
+}
+
+static void gauge(tide_sb *b, const char *name, const char *type, const char *help, double v) {
+    tide_sb_addf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+void serve_metrics_text(tide_server *srv, serve_reply *rp) {
+    tide_sb b;
+    tide_sb_init(&b);
+    pthread_mutex_lock(&srv->mu);
+    const serve_metrics *m = &srv->metrics;
+    tide_gen_stats gs;
+    memset(&gs, 0, sizeof gs);
+    if (srv->gen) tide_gen_get_stats(srv->gen, &gs);
+    const tide_engine_stats *s = &gs.engine;
+    tide_sb_add(&b, "# HELP tide_requests_total HTTP responses by status code\n# TYPE tide_requests_total counter\n");
+    for (int i = 0; i < m->n_codes; i++)
+        tide_sb_addf(&b, "tide_requests_total{code=\"%d\"} %" PRId64 "\n", m->codes[i], m->code_counts[i]);
+    gauge(&b, "tide_prompt_tokens_total", "counter", "prompt tokens of finished requests", (double)m->prompt_tokens);
+    gauge(&b, "tide_generation_tokens_total", "counter", "tokens generated", (double)m->generated_tokens);
+    gauge(&b, "tide_cached_prompt_tokens_total", "counter", "prompt tokens served by the prefix cache",
+          (double)m->cached_tokens);
+    gauge(&b, "tide_disconnects_total", "counter", "requests cancelled because the client left", (double)m->disconnects);
+    gauge(&b, "tide_timeouts_total", "counter", "requests ended by the request timeout", (double)m->timeouts);
+    hist(&b, "tide_time_to_first_token_seconds", "arrival to first generated token", &m->ttft);
+    hist(&b, "tide_inter_token_seconds", "time between consecutive tokens of a request", &m->itl);
+    hist(&b, "tide_request_seconds", "arrival to the last token", &m->e2e);
+    gauge(&b, "tide_requests_in_flight", "gauge", "accepted requests not yet answered", (double)srv->n_jobs);
+    gauge(&b, "tide_queue_length", "gauge", "requests waiting in the engine", (double)s->n_waiting);
+    gauge(&b, "tide_running_sequences", "gauge", "sequences running in the engine", (double)s->n_running);
+    gauge(&b, "tide_kv_blocks_used", "gauge", "KV pool blocks in use (cached pages included)", (double)s->kv_blocks_used);
+    gauge(&b, "tide_kv_blocks_total", "gauge", "KV pool capacity in blocks", (double)s->kv_blocks_total);
+    gauge(&b, "tide_kv_blocks_cached", "gauge", "blocks held only by idle prefix-cache pages", (double)s->kv_blocks_cached);
+    gauge(&b, "tide_kv_usage_ratio", "gauge", "used / total KV blocks",
+          s->kv_blocks_total ? (double)s->kv_blocks_used / (double)s->kv_blocks_total : 0);
+    gauge(&b, "tide_prefix_cache_pages_cached", "gauge", "prefix-cache pages with an entry", (double)s->prefix_pages_cached);
+    gauge(&b, "tide_prefix_cache_pages_in_use", "gauge", "prefix-cache pages used by running requests",
+          (double)s->prefix_pages_in_use);
+    gauge(&b, "tide_prefix_cache_hit_rate", "gauge", "prompt tokens found in the cache / looked up", s->prefix_hit_rate);
+    gauge(&b, "tide_prefix_cache_hit_tokens_total", "counter", "prompt tokens found in the cache",
+          (double)s->prefix_hit_tokens);
+    gauge(&b, "tide_engine_steps_total", "counter", "engine steps", (double)s->steps);
+    pthread_mutex_unlock(&srv->mu);
+    rp->ctype = "text/plain; version=0.0.4";
+    rp->status = b.oom ? 500 : 200;
+    rp->len = b.len;
+    rp->body = tide_sb_take(&b);
+}
+
+/* {"status": "ok"|"loading"|"draining"|"failed", ...}: 200 only when ready.
+ * The KV figures let a test check that the pool is back to idle: in use
+ * and not merely cached = kv_blocks_used - kv_blocks_cached. */
+void serve_health(tide_server *srv, serve_reply *rp) {
+    pthread_mutex_lock(&srv->mu);
+    serve_state s = srv->state;
+    tide_gen_stats gs;
+    memset(&gs, 0, sizeof gs);
+    if (srv->gen) tide_gen_get_stats(srv->gen, &gs);
+    const tide_engine_stats *e = &gs.engine;
+    static const char *const names[] = {"loading", "ok", "failed", "draining"};
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "status", names[s], "model", srv->model_name,
+                          "in_flight", (json_int_t)srv->n_jobs, "waiting", (json_int_t)e->n_waiting, "running",
+                          (json_int_t)e->n_running, "kv_blocks_used", (json_int_t)e->kv_blocks_used,
+                          "kv_blocks_cached", (json_int_t)e->kv_blocks_cached, "kv_blocks_total",
+                          (json_int_t)e->kv_blocks_total);
+    if (o && s == SERVE_FAILED) json_object_set_new(o, "error", json_string(srv->load_st.msg));
+    pthread_mutex_unlock(&srv->mu);
+    serve_reply_json(rp, s == SERVE_READY ? 200 : 503, o ? json_dumps(o, JSON_COMPACT) : NULL);
+    json_decref(o);
+}
