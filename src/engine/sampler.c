@@ -344,22 +344,28 @@ static void raw_logz(const float *l, int32_t V, float *m_out, double *logz) {
     *logz = log(z);
 }
 
+/* A raw logit as ranked and reported: NaN counts as -inf (step 0). */
+static inline float raw_val(const float *l, int32_t t) { return l[t] == l[t] ? l[t] : -INFINITY; }
+
 /* The k best raw logits by insertion into a sorted list of k: one pass,
- * O(V) for the small k OpenAI allows. NaN counts as -inf (step 0). */
+ * O(V) for the small k OpenAI allows. Every comparison goes through
+ * raw_val: a NaN compared raw would never be displaced from the list (seen
+ * as a NaN token reported as the best one, test_sampler_ref seed
+ * 1883413251536005). */
 static void raw_top(const float *l, int32_t V, int32_t k, float m, double logz, tide_sample_result *out) {
     int32_t n = 0;
     for (int32_t t = 0; t < V; t++) {
-        float x = l[t] == l[t] ? l[t] : -INFINITY;
-        if (n == k && !(x > l[out->top_ids[n - 1]])) continue;
+        float x = raw_val(l, t);
+        if (n == k && !(x > raw_val(l, out->top_ids[n - 1]))) continue;
         int32_t j = n < k ? n++ : k - 1;
-        while (j > 0 && x > l[out->top_ids[j - 1]]) { /* strictly greater: ties keep the lower id first */
+        while (j > 0 && x > raw_val(l, out->top_ids[j - 1])) { /* strictly greater: ties keep the lower id first */
             out->top_ids[j] = out->top_ids[j - 1];
             j--;
         }
         out->top_ids[j] = t;
     }
     out->n_top = n;
-    for (int32_t i = 0; i < n; i++) out->top_logprobs[i] = (float)((double)l[out->top_ids[i]] - m - logz);
+    for (int32_t i = 0; i < n; i++) out->top_logprobs[i] = (float)((double)raw_val(l, out->top_ids[i]) - m - logz);
 }
 
 int tide_sample(tide_sampler_ws *ws, const tide_sampling_params *p, const tide_sampler_input *in,
