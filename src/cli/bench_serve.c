@@ -213,7 +213,11 @@ static int drive(const serve_bench *o, const tide_workload *w, breq *rs, results
             curl_multi_remove_handle(m, msg->easy_handle);
             running--, finished++;
         }
-        if (finished < w->n) {
+        /* A request can start now (one finished, or an arrival is due):
+         * start it at once instead of waiting in the poll with a free slot
+         * (that wait cost ~25 ms per request at --concurrency 1). */
+        int can_start = next < w->n && running < limit && (o->rate <= 0 || now_s() >= arrive);
+        if (finished < w->n && !can_start) {
             int ms = 50;
             if (o->rate > 0 && next < w->n) {
                 double d = (arrive - now_s()) * 1e3;
