@@ -219,7 +219,9 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
     o.index_key_quirk = cfg->index_key_quirk;
     o.kv_block = cfg->kv_block;
     o.kv_max_blocks = cfg->kv_blocks;
-    if (tide_fwd_ctx_create(e->m, cfg->ops ? cfg->ops : tide_cpu_ops(), cfg->n_threads, &o, &e->fx, st) != 0) goto fail;
+    const tide_ops *ops = cfg->ops ? cfg->ops : tide_cpu_ops();
+    if (ops->bind_weights && ops->bind_weights(ops, e->m->ck, st) != 0) goto fail;
+    if (tide_fwd_ctx_create(e->m, ops, cfg->n_threads, &o, &e->fx, st) != 0) goto fail;
     tide_sched_cfg sc = {cfg->max_seqs,
                          cfg->max_step_tokens,
                          cfg->prefill_chunk > 0 ? cfg->prefill_chunk : cfg->max_step_tokens,

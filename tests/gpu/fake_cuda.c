@@ -378,8 +378,15 @@ int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, con
  * (replay is a no-op: the step's kernels already ran while "captured"),
  * timers report 1 ms. ---- */
 
+/* TIDE_FAKE_DEVICE_MEM=N: a device of N bytes, all free (default 4 GiB
+ * free of 8), to test the refusal of a model that does not fit. */
 int tide_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, tide_status *st) {
     (void)st;
+    const char *e = getenv("TIDE_FAKE_DEVICE_MEM");
+    if (e && *e) {
+        *free_bytes = *total_bytes = (size_t)strtoull(e, NULL, 10);
+        return 0;
+    }
     *free_bytes = (size_t)4 << 30;
     *total_bytes = (size_t)8 << 30;
     return 0;

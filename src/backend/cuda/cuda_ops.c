@@ -631,6 +631,7 @@ static const tide_ops cuda_table = {
     .engram_mix = cu_engram_mix,
     .moe_route = cu_moe_route,
     .compress_pool = cu_compress_pool,
+    .bind_weights = cxo_bind_weights,
 };
 
 /* ---- the context ---- */
