@@ -226,6 +226,21 @@ int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, 
     return 0;
 }
 
+size_t tide_cuda_hc_mixes_fast_workspace(int64_t rows, int hc, int64_t dim) {
+    if (rows <= 0 || hc < 1 || dim < 1) return 0;
+    return (size_t)((hc * dim + 255) / 256) * (size_t)rows * (size_t)((2 + hc) * hc + 1) * F4;
+}
+
+/* The fast mode's hc_mixes: here the CPU op too (the workspace extent is checked). */
+int tide_cuda_hc_mixes_fast(const float *x, int64_t rows, int hc, int64_t dim, const float *fn, const float *scale,
+                            const float *base, double norm_eps, int iters, double hc_eps, float *pre, float *post,
+                            float *comb, void *ws, size_t ws_bytes, tide_cuda_stream stream, tide_status *st) {
+    size_t need = tide_cuda_hc_mixes_fast_workspace(rows, hc, dim);
+    if (ws_bytes < need) return tide_fail(st, TIDE_ERR_INVALID, "fake_cuda: hc_mixes_fast workspace too small");
+    chk("hc_mixes_fast ws", ws, need);
+    return tide_cuda_hc_mixes(x, rows, hc, dim, fn, scale, base, norm_eps, iters, hc_eps, pre, post, comb, stream, st);
+}
+
 int tide_cuda_hc_mixes(const float *x, int64_t rows, int hc, int64_t dim, const float *fn, const float *scale,
                        const float *base, double norm_eps, int iters, double hc_eps, float *pre, float *post,
                        float *comb, tide_cuda_stream stream, tide_status *st) {

@@ -306,6 +306,52 @@ static void bench_elementwise(gu_rng *rng) {
     tide_cuda_free(a), tide_cuda_free(b), tide_cuda_free(o), tide_cuda_free(ids);
 }
 
+typedef struct {
+    const float *x, *fn, *scale, *base;
+    int64_t rows;
+    float *pre, *post, *comb;
+    void *ws;
+    size_t wsb;
+    int fast;
+} hc_arg;
+static int hc_launch(void *p, tide_status *st) {
+    hc_arg *a = p;
+    if (a->fast)
+        return tide_cuda_hc_mixes_fast(a->x, a->rows, 4, 5120, a->fn, a->scale, a->base, 1e-6, 20, 1e-6, a->pre,
+                                       a->post, a->comb, a->ws, a->wsb, NULL, st);
+    return tide_cuda_hc_mixes(a->x, a->rows, 4, 5120, a->fn, a->scale, a->base, 1e-6, 20, 1e-6, a->pre, a->post,
+                              a->comb, NULL, st);
+}
+
+/* hc_mixes at the released widths (hc 4, dim 5120: a 24 x 20480 f32
+ * projection, 1.97 MB of weight): exact (one block per row) and fast
+ * (split-K), rows 1 / 32 / 256; the rate counts the weight once plus x. */
+static void bench_hc(gu_rng *rng) {
+    const int64_t rmax = 256, n = 4 * 5120, nm = 24;
+    hc_arg a = {gu_dalloc((size_t)(rmax * n) * 4), gu_dalloc((size_t)(nm * n) * 4), gu_dalloc(3 * 4),
+                gu_dalloc((size_t)nm * 4), 0, gu_dalloc((size_t)rmax * 4 * 4), gu_dalloc((size_t)rmax * 4 * 4),
+                gu_dalloc((size_t)rmax * 16 * 4), NULL, 0, 0};
+    fill_dev(rng, (void *)a.x, (size_t)(rmax * n) * 4, 0);
+    fill_dev(rng, (void *)a.fn, (size_t)(nm * n) * 4, 0);
+    fill_dev(rng, (void *)a.scale, 3 * 4, 0);
+    fill_dev(rng, (void *)a.base, (size_t)nm * 4, 0);
+    a.wsb = tide_cuda_hc_mixes_fast_workspace(rmax, 4, 5120);
+    a.ws = gu_dalloc(a.wsb);
+    static const int64_t rows_list[] = {1, 32, 256};
+    for (int fast = 0; fast < 2; fast++)
+        for (int ri = 0; ri < 3; ri++) {
+            a.rows = rows_list[ri];
+            a.fast = fast;
+            float ms = time_ms(hc_launch, &a);
+            double bytes = (double)(nm * n) * 4 + (double)(a.rows * n) * 4;
+            printf("BENCH|hc_mixes %s|%lld rows x hc 4 x 5120|%.4f ms|%.0f GB/s (weight once + x)\n",
+                   fast ? "fast (split-K)" : "exact (block per row)", (long long)a.rows, ms,
+                   bytes / (ms * 1e-3) / 1e9);
+        }
+    void *d[] = {(void *)a.x, (void *)a.fn, (void *)a.scale, (void *)a.base, a.pre, a.post, a.comb, a.ws};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) tide_cuda_free(d[i]);
+}
+
 int main(int argc, char **argv) {
     gu_ctx c;
     gu_init(&c, "gpu_bench_kernels");
@@ -385,5 +431,6 @@ int main(int argc, char **argv) {
     bench_experts(&rng);
     bench_head(&rng);
     bench_elementwise(&rng);
+    bench_hc(&rng);
     return 0;
 }

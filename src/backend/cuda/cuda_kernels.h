@@ -127,6 +127,16 @@ int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, 
 int tide_cuda_hc_mixes(const float *x, int64_t rows, int hc, int64_t dim, const float *fn, const float *scale,
                        const float *base, double norm_eps, int iters, double hc_eps, float *pre, float *post,
                        float *comb, tide_cuda_stream stream, tide_status *st);
+/* The fast hc_mixes (kernel mode "fast"): the same function with the
+ * projection as a split-K f32 product (hc.cu explains the tiling; the bound
+ * against the CPU is in docs/gpu.md). Batch-invariant: a row's result does
+ * not depend on the other rows. ws: device scratch of
+ * tide_cuda_hc_mixes_fast_workspace(rows, hc, dim) bytes (0 for a bad
+ * shape); rows <= 524280. */
+size_t tide_cuda_hc_mixes_fast_workspace(int64_t rows, int hc, int64_t dim);
+int tide_cuda_hc_mixes_fast(const float *x, int64_t rows, int hc, int64_t dim, const float *fn, const float *scale,
+                            const float *base, double norm_eps, int iters, double hc_eps, float *pre, float *post,
+                            float *comb, void *ws, size_t ws_bytes, tide_cuda_stream stream, tide_status *st);
 int tide_cuda_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const float *pre, float *y,
                      tide_cuda_stream stream, tide_status *st);
 int tide_cuda_hc_post(const float *y, const float *res, int64_t rows, int hc, int64_t dim, const float *post,

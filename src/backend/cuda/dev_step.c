@@ -157,6 +157,8 @@ struct tide_dstep {
     uint16_t *t16, *sh16;
     int32_t *ridx, *topk, *aidx, *amax;
     void *ex_ws;
+    void *hc_ws; /* the fast hc_mixes' split-K partials */
+    size_t hc_ws_bytes;
     size_t ex_ws_bytes;
     int64_t score_w; /* widest scored key count */
     int64_t launches;
@@ -290,6 +292,8 @@ static void plan_work(tide_dstep *s, ds_plan *p) {
     s->pre2 = take(p, (size_t)(R * hc) * 4);
     s->post2 = take(p, (size_t)(R * hc) * 4);
     s->comb2 = take(p, (size_t)(R * hc * hc) * 4);
+    s->hc_ws_bytes = tide_cuda_hc_mixes_fast_workspace(R, (int)hc, D);
+    s->hc_ws = take(p, s->hc_ws_bytes);
     s->xa = take(p, (size_t)(R * D) * 4);
     s->xf = take(p, (size_t)(R * D) * 4);
     s->xq = take(p, (size_t)(R * maxk));
@@ -828,15 +832,17 @@ int tide_dstep_enqueue(tide_dstep *s, tide_status *st) {
         MARK(TIDE_DSTEP_PH_EMBED);
         if (s->cfg.roles[i].has_engram && engram(s, i, st) != 0) return -1;
         MARK(TIDE_DSTEP_PH_HC);
-        K_(tide_cuda_hc_mixes(s->h, R, hc, D, L->hc_fn[0], L->hc_scale[0], L->hc_base[0], eps,
-                              (int)x->hc_sinkhorn_iters, x->hc_eps, s->pre, s->post, s->comb, cs, st));
+        K_(tide_cuda_hc_mixes_fast(s->h, R, hc, D, L->hc_fn[0], L->hc_scale[0], L->hc_base[0], eps,
+                                   (int)x->hc_sinkhorn_iters, x->hc_eps, s->pre, s->post, s->comb, s->hc_ws,
+                                   s->hc_ws_bytes, cs, st));
         K_(tide_cuda_hc_pre(s->h, R, hc, D, s->pre, s->xa, cs, st));
         K_(tide_cuda_rmsnorm_f32(s->xa, R, D, L->attn_norm, eps, s->xa, cs, st));
         if (attention(s, i, st) != 0) return -1;
         MARK(TIDE_DSTEP_PH_HC);
         K_(tide_cuda_hc_post(s->ya, s->h, R, hc, D, s->post, s->comb, s->h2, cs, st));
-        K_(tide_cuda_hc_mixes(s->h2, R, hc, D, L->hc_fn[1], L->hc_scale[1], L->hc_base[1], eps,
-                              (int)x->hc_sinkhorn_iters, x->hc_eps, s->pre2, s->post2, s->comb2, cs, st));
+        K_(tide_cuda_hc_mixes_fast(s->h2, R, hc, D, L->hc_fn[1], L->hc_scale[1], L->hc_base[1], eps,
+                                   (int)x->hc_sinkhorn_iters, x->hc_eps, s->pre2, s->post2, s->comb2, s->hc_ws,
+                                   s->hc_ws_bytes, cs, st));
         K_(tide_cuda_hc_pre(s->h2, R, hc, D, s->pre2, s->xf, cs, st));
         K_(tide_cuda_rmsnorm_f32(s->xf, R, D, L->ffn_norm, eps, s->xf, cs, st));
         if (ffn(s, i, st) != 0) return -1;
