@@ -312,6 +312,24 @@ int tide_cuda_index_scores(const float *q, int64_t rows, int heads, int64_t d, c
     return 0;
 }
 
+/* The fast scores: here the CPU op per row, on that row's key group. */
+int tide_cuda_index_scores_fast(const float *q, int64_t rows, int heads, int64_t d, const float *w, const float *keys,
+                                int64_t n, int groups, int64_t group_stride, float *score, tide_cuda_stream stream,
+                                tide_status *st) {
+    (void)stream;
+    if (groups < 1 || group_stride < 0) return tide_fail(st, TIDE_ERR_INVALID, "fake index_scores_fast: groups");
+    chk("index q", q, (size_t)(rows * heads * d) * F4);
+    chk("index w", w, (size_t)(rows * heads) * F4);
+    int64_t ng = rows < groups ? rows : groups;
+    chk("index keys", keys, (size_t)((ng - 1) * group_stride + n * d) * F4);
+    chk("index score", score, (size_t)(rows * n) * F4);
+    if (kernel("index_scores_fast", st)) return -1;
+    for (int64_t r = 0; r < rows; r++)
+        tide_cpu_ops()->index_scores(tide_cpu_ops(), q + r * heads * d, heads, d, w + r * heads,
+                                     keys + (r % groups) * group_stride, n, score + r * n);
+    return 0;
+}
+
 int tide_cuda_topk_sorted(const float *score, int64_t rows, int64_t n, int k, int32_t *out, tide_cuda_stream stream,
                           tide_status *st) {
     (void)stream;

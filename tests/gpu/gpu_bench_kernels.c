@@ -323,6 +323,47 @@ static int hc_launch(void *p, tide_status *st) {
                               a->comb, NULL, st);
 }
 
+typedef struct {
+    const float *q, *w, *keys;
+    int64_t rows, n;
+    int groups;
+    float *score;
+    int fast;
+} ix_arg;
+static int ix_launch(void *p, tide_status *st) {
+    ix_arg *a = p;
+    if (a->fast)
+        return tide_cuda_index_scores_fast(a->q, a->rows, 64, 128, a->w, a->keys, a->n, a->groups,
+                                           a->groups > 1 ? a->n * 128 : 0, a->score, NULL, st);
+    return tide_cuda_index_scores(a->q, a->rows, 64, 128, a->w, a->keys, a->n, a->score, NULL, st);
+}
+
+/* Indexer scores at the model's 64 heads x 128: decode (32 rows, each its
+ * own 32768 keys) and prefill (1024 rows over 8192 shared keys), exact
+ * (CUDA cores, double lanes; decode only) and fast (bf16 tensor cores). */
+static void bench_index(gu_rng *rng) {
+    const int64_t kmax = (int64_t)32 * 32768 * 128, qmax = (int64_t)1024 * 64 * 128;
+    ix_arg a = {gu_dalloc((size_t)qmax * 4), gu_dalloc((size_t)1024 * 64 * 4), gu_dalloc((size_t)kmax * 4), 0, 0, 1,
+                gu_dalloc((size_t)1024 * 32768 * 4), 0};
+    fill_dev(rng, (void *)a.q, (size_t)qmax * 4, 0);
+    fill_dev(rng, (void *)a.w, (size_t)1024 * 64 * 4, 0);
+    fill_dev(rng, (void *)a.keys, (size_t)kmax * 4, 0);
+    static const struct { int64_t rows, n; int groups, fast; const char *what; } cs[] = {
+        {32, 32768, 32, 1, "decode, own keys"}, {32, 32768, 32, 0, "decode, own keys"},
+        {1024, 8192, 1, 1, "prefill, shared keys"}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        a.rows = cs[i].rows, a.n = cs[i].n, a.groups = cs[i].groups, a.fast = cs[i].fast;
+        float ms = time_ms(ix_launch, &a);
+        double fl = 2.0 * (double)a.rows * (double)a.n * 64 * 128;
+        double kb = (double)(a.groups > 1 ? a.rows : 1) * (double)a.n * 128 * 4;
+        printf("BENCH|index_scores %s|%lld rows x %lld keys x 64 heads x 128 (%s)|%.3f ms|%.1f TFLOP/s, keys %.0f GB/s\n",
+               a.fast ? "fast (bf16 mma)" : "exact (double lanes)", (long long)a.rows, (long long)a.n, cs[i].what, ms,
+               fl / (ms * 1e-3) / 1e12, kb / (ms * 1e-3) / 1e9);
+    }
+    void *d[] = {(void *)a.q, (void *)a.w, (void *)a.keys, a.score};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) tide_cuda_free(d[i]);
+}
+
 /* hc_mixes at the released widths (hc 4, dim 5120: a 24 x 20480 f32
  * projection, 1.97 MB of weight): exact (one block per row) and fast
  * (split-K), rows 1 / 32 / 256; the rate counts the weight once plus x. */
@@ -432,5 +473,6 @@ int main(int argc, char **argv) {
     bench_head(&rng);
     bench_elementwise(&rng);
     bench_hc(&rng);
+    bench_index(&rng);
     return 0;
 }

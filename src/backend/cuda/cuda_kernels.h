@@ -167,6 +167,14 @@ int tide_cuda_sim_fp4_e4m3(float *x, int64_t rows, int64_t n, int64_t block, tid
  * [rows][k]; 0 <= k <= n (the caller clamps k to n). No NaN scores. */
 int tide_cuda_index_scores(const float *q, int64_t rows, int heads, int64_t d, const float *w, const float *keys,
                            int64_t n, float *score, tide_cuda_stream stream, tide_status *st);
+/* The fast index scores (kernel mode fast): the same function with the
+ * q·k dot products on bf16 tensor cores with f32 accumulation (q and keys
+ * must be bf16-exact, as FP4-simulated values are); the epilogue is the
+ * CPU's. Row r reads the keys at keys + (r % groups) * group_stride (groups
+ * 1, stride 0: shared keys). Bound in docs/gpu.md. */
+int tide_cuda_index_scores_fast(const float *q, int64_t rows, int heads, int64_t d, const float *w, const float *keys,
+                                int64_t n, int groups, int64_t group_stride, float *score, tide_cuda_stream stream,
+                                tide_status *st);
 int tide_cuda_topk_sorted(const float *score, int64_t rows, int64_t n, int k, int32_t *out,
                           tide_cuda_stream stream, tide_status *st);
 

@@ -398,7 +398,10 @@ static int index_scores_gpu(tide_cuda_ops_ctx *cx, const float *q, int heads, in
     if (!dq || !dw || !dk || !ds) return -1;
     if (cxo_up(cx, dq, q, qb, st) != 0 || cxo_up(cx, dw, w, wb, st) != 0 || cxo_up(cx, dk, keys, kb, st) != 0)
         return -1;
-    if (cxo_launched(cx, tide_cuda_index_scores(dq, 1, heads, d, dw, dk, n, ds, NULL, st)) != 0) return -1;
+    int rc = cx->kernels == TIDE_CUDA_KERNELS_FAST
+                 ? tide_cuda_index_scores_fast(dq, 1, heads, d, dw, dk, n, 1, 0, ds, NULL, st)
+                 : tide_cuda_index_scores(dq, 1, heads, d, dw, dk, n, ds, NULL, st);
+    if (cxo_launched(cx, rc) != 0) return -1;
     return cxo_down(cx, score, ds, sb, st);
 }
 

@@ -714,17 +714,10 @@ static int indexer(tide_dstep *s, int i, tide_status *st) {
     if (lin_f(s, L->i_wproj, 1, IH, s->D, s->xa, R, s->iw, st) != 0) return -1;
     int64_t pkeys = pool_key_rows(s);
     MARK(TIDE_DSTEP_PH_INDEX_SCORES);
-    if (s->o.prefill) {
-        K_(tide_cuda_index_scores(s->iq, R, (int)IH, ID, s->iw, s->keys + s->key_row0[ks] * ID, n, s->score, cs, st));
-    } else {
-        /* one sequence per call: each scores its own pool's keys */
-        for (int64_t b = 0; b < R; b++) {
-            int64_t pool = b % s->n_pools;
-            const float *keys = s->keys + (s->key_row0[ks] + pool * pkeys) * ID;
-            K_(tide_cuda_index_scores(s->iq + b * IH * ID, 1, (int)IH, ID, s->iw + b * IH, keys, n, s->score + b * n,
-                                      cs, st));
-        }
-    }
+    /* the fast (tensor-core) scores; decode: row b scores its own pool's keys (b % pools) */
+    K_(tide_cuda_index_scores_fast(s->iq, R, (int)IH, ID, s->iw, s->keys + s->key_row0[ks] * ID, n,
+                                   s->o.prefill ? 1 : (int)s->n_pools, s->o.prefill ? 0 : pkeys * ID, s->score, cs,
+                                   st));
     int k = (int)(s->K < n ? s->K : n);
     K_(tide_cuda_topk_sorted(s->score, R, n, k, s->topk, cs, st));
     return 0;
