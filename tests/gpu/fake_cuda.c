@@ -197,6 +197,14 @@ int tide_cuda_gemm_exact(const uint8_t *xq, const uint8_t *xs, int64_t m, const 
     return gemm(fp4 ? TIDE_W_FP4 : TIDE_W_FP8, xq, xs, m, w, ws, n, k, y, st);
 }
 
+int tide_cuda_sparse_attn_fast(const float *q, int64_t rows, int heads, int64_t dim, const float *kv, int64_t n_kv,
+                               const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
+                               tide_cuda_stream stream, tide_status *st) {
+    if (dim % 4 || dim > TIDE_CUDA_ATTN_FAST_MAX_DIM || ((uintptr_t)kv & 15))
+        return tide_fail(st, TIDE_ERR_INVALID, "fake sparse_attn_fast: bad shape or alignment");
+    return tide_cuda_sparse_attn(q, rows, heads, dim, kv, n_kv, idx, n_idx, sink, scale, out, stream, st);
+}
+
 int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, const float *kv, int64_t n_kv,
                           const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
                           tide_cuda_stream stream, tide_status *st) {

@@ -364,6 +364,54 @@ static void bench_index(gu_rng *rng) {
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) tide_cuda_free(d[i]);
 }
 
+typedef struct {
+    const float *q, *kv, *sink;
+    const int32_t *idx;
+    int64_t rows, n_kv;
+    int n_idx;
+    float *out;
+    int fast;
+} sa_arg;
+static int sa_launch(void *p, tide_status *st) {
+    sa_arg *a = p;
+    if (a->fast)
+        return tide_cuda_sparse_attn_fast(a->q, a->rows, 64, 512, a->kv, a->n_kv, a->idx, a->n_idx, a->sink, 0.044f,
+                                          a->out, NULL, st);
+    return tide_cuda_sparse_attn(a->q, a->rows, 64, 512, a->kv, a->n_kv, a->idx, a->n_idx, a->sink, 0.044f, a->out,
+                                 NULL, st);
+}
+
+/* Sparse attention at the released widths (64 heads x 512, 640 entries a
+ * row: window 128 + top-k 512) for 32 and 256 rows, each row its own
+ * entries among 256 K kv rows: exact and fast. The rate counts the rows'
+ * entries once (kv bytes a row reads) plus q and out. */
+static void bench_attn(gu_rng *rng) {
+    const int64_t rmax = 256, n_kv = 262144;
+    const int n_idx = 640;
+    sa_arg a = {gu_dalloc((size_t)(rmax * 64 * 512) * 4), gu_dalloc((size_t)(n_kv * 512) * 4), gu_dalloc(64 * 4),
+                gu_dalloc((size_t)(rmax * n_idx) * 4), 0, n_kv, n_idx, gu_dalloc((size_t)(rmax * 64 * 512) * 4), 0};
+    fill_dev(rng, (void *)a.q, (size_t)(rmax * 64 * 512) * 4, 0);
+    fill_dev(rng, (void *)a.kv, (size_t)(n_kv * 512) * 4, 0);
+    fill_dev(rng, (void *)a.sink, 64 * 4, 0);
+    int32_t *h = gu_xmalloc((size_t)(rmax * n_idx) * 4);
+    for (int64_t i = 0; i < rmax * n_idx; i++) h[i] = (int32_t)(gu_next(rng) % (uint64_t)n_kv);
+    gu_up((void *)a.idx, h, (size_t)(rmax * n_idx) * 4);
+    free(h);
+    static const int64_t rows_list[] = {32, 256};
+    for (int fast = 1; fast >= 0; fast--)
+        for (int ri = 0; ri < 2; ri++) {
+            a.rows = rows_list[ri];
+            a.fast = fast;
+            float ms = time_ms(sa_launch, &a);
+            double bytes = (double)a.rows * (n_idx * 512.0 * 4 + 2 * 64 * 512 * 4.0);
+            printf("BENCH|sparse_attn %s|%lld rows x 64 heads x 512, 640 entries|%.3f ms|%.0f GB/s (entries once)\n",
+                   fast ? "fast (f32, 16 heads a block)" : "exact (double lanes)", (long long)a.rows, ms,
+                   bytes / (ms * 1e-3) / 1e9);
+        }
+    void *d[] = {(void *)a.q, (void *)a.kv, (void *)a.sink, (void *)a.idx, a.out};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) tide_cuda_free(d[i]);
+}
+
 /* hc_mixes at the released widths (hc 4, dim 5120: a 24 x 20480 f32
  * projection, 1.97 MB of weight): exact (one block per row) and fast
  * (split-K), rows 1 / 32 / 256; the rate counts the weight once plus x. */
@@ -474,5 +522,6 @@ int main(int argc, char **argv) {
     bench_elementwise(&rng);
     bench_hc(&rng);
     bench_index(&rng);
+    bench_attn(&rng);
     return 0;
 }

@@ -117,6 +117,15 @@ int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, 
                           const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
                           tide_cuda_stream stream, tide_status *st);
 
+/* The fast sparse attention (kernel mode fast): the same function and
+ * arguments with f32 arithmetic and kv rows shared by 16 heads (bound in
+ * docs/gpu.md); q and kv BF16-exact (they are in the model), kv 16-byte
+ * aligned, dim a multiple of 4 up to TIDE_CUDA_ATTN_FAST_MAX_DIM. */
+#define TIDE_CUDA_ATTN_FAST_MAX_DIM 512
+int tide_cuda_sparse_attn_fast(const float *q, int64_t rows, int heads, int64_t dim, const float *kv, int64_t n_kv,
+                               const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
+                               tide_cuda_stream stream, tide_status *st);
+
 /* ---- Hyper-connections (hc.cu) ----
  * tide_cpu_ops()'s hc_mixes (with Sinkhorn), hc_pre and hc_post, bit for
  * bit; same arguments and layouts as ops.h, all arrays on the device.

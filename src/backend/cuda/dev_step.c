@@ -759,7 +759,7 @@ static int attention(tide_dstep *s, int i, tide_status *st) {
     } else {
         K_(tide_cuda_attn_idx(R, win, 0, s->win_base[i], s->win_len, NULL, NULL, s->aidx, cs, st));
     }
-    K_(tide_cuda_sparse_attn(s->q, R, (int)H, hd, s->kv_arena, s->kv_rows, s->aidx, win + k, L->sink,
+    K_(tide_cuda_sparse_attn_fast(s->q, R, (int)H, hd, s->kv_arena, s->kv_rows, s->aidx, win + k, L->sink,
                              (float)(1.0 / sqrt((double)hd)), s->att, cs, st));
     if (rope_tail(s, s->att, R, H, hd, 1, st) != 0) return -1;
     /* grouped wo_a: [R][G][c] -> [G][R][c], G BF16 linears, back to [R][G][OR] */
