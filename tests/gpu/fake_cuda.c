@@ -414,6 +414,16 @@ int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, con
     return 0;
 }
 
+int tide_cuda_linear_f32_grouped(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows,
+                                 float *y, int flags, int64_t n_groups, int64_t w_stride, int64_t x_stride,
+                                 int64_t y_stride, tide_cuda_stream stream, tide_status *st) {
+    for (int64_t g = 0; g < n_groups; g++)
+        if (tide_cuda_linear_f32((const char *)w + g * w_stride * (w_bf16 ? 2 : 4), w_bf16, out, in, x + g * x_stride,
+                                 rows, y + g * y_stride, flags, stream, st) != 0)
+            return -1;
+    return 0;
+}
+
 /* ---- the device-resident step's glue and the remaining kernels
  * (backend/cuda/dev_step.c): same extent checks; graphs record nothing
  * (replay is a no-op: the step's kernels already ran while "captured"),

@@ -280,6 +280,12 @@ int tide_cuda_copy(void *dst, const void *src, size_t bytes, tide_cuda_stream st
 #define TIDE_CUDA_LIN_FAST 2
 int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows, float *y,
                          int flags, tide_cuda_stream stream, tide_status *st);
+/* n_groups independent products in one launch: group g multiplies the
+ * weight at w + g*w_stride (elements) with the rows at x + g*x_stride into
+ * y + g*y_stride; the same numerics as tide_cuda_linear_f32 per group. */
+int tide_cuda_linear_f32_grouped(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows,
+                                 float *y, int flags, int64_t n_groups, int64_t w_stride, int64_t x_stride,
+                                 int64_t y_stride, tide_cuda_stream stream, tide_status *st);
 
 /* ---- Device-resident step glue (dev_glue.cu) ----
  * Streams, graphs, timers: thin wrappers of the CUDA runtime. A graph is

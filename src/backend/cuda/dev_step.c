@@ -762,13 +762,12 @@ static int attention(tide_dstep *s, int i, tide_status *st) {
     K_(tide_cuda_sparse_attn_fast(s->q, R, (int)H, hd, s->kv_arena, s->kv_rows, s->aidx, win + k, L->sink,
                              (float)(1.0 / sqrt((double)hd)), s->att, cs, st));
     if (rope_tail(s, s->att, R, H, hd, 1, st) != 0) return -1;
-    /* grouped wo_a: [R][G][c] -> [G][R][c], G BF16 linears, back to [R][G][OR] */
+    /* grouped wo_a: [R][G][c] -> [G][R][c], one grouped BF16 linear, back to [R][G][OR] */
     int64_t G = s->G, c = H * hd / G, OR = s->OR;
     MARK(TIDE_DSTEP_PH_WO_A);
     K_(tide_cuda_transpose01(s->att, R, G, c, s->og, cs, st));
-    for (int64_t g = 0; g < G; g++)
-        if (lin_f(s, L->wo_a + (size_t)(g * OR * c), 1, OR, c, s->og + g * R * c, R, s->ot + g * R * OR, st) != 0)
-            return -1;
+    K_(tide_cuda_linear_f32_grouped(L->wo_a, 1, OR, c, s->og, R, s->ot, TIDE_CUDA_LIN_FAST | TIDE_CUDA_LIN_BF16_OUT,
+                                    G, OR * c, R * c, R * OR, cs, st));
     K_(tide_cuda_transpose01(s->ot, G, R, OR, s->ocat, cs, st));
     MARK(TIDE_DSTEP_PH_WO_B);
     if (lin_q(s, &L->wo_b, 0, s->ocat, R, s->t16, s->ya, st) != 0) return -1;
