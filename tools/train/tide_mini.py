@@ -39,6 +39,7 @@ tools/torch_ref/xp.py's TorchXP (the baseline's own).
 import math
 import os
 import sys
+import types
 
 import numpy as np
 import torch
@@ -190,6 +191,13 @@ def fq_bf16(w):
 
 # ---------------------------------------------------------------- small pieces
 
+def bfr(x, on):
+    """x rounded to bf16 (kept in float32) when on: the oracle's rounding points,
+    followed in the trainer only in exact mode (tests), where the FP8/FP4
+    requantisation of slightly different inputs would otherwise flip roundings."""
+    return x.to(torch.bfloat16).float() if on else x
+
+
 def rmsnorm(x, w, eps):
     xf = x.float()
     return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps))
@@ -240,6 +248,7 @@ class Lin(nn.Module):
         self.kind = kind
         self.weight = nn.Parameter(torch.randn(out, inn) * (std if std is not None else inn ** -0.5))
         self.qat = False
+        self.exact = False
 
     def w(self):
         if not self.qat:
@@ -248,9 +257,8 @@ class Lin(nn.Module):
             return fq_fp8_weight(self.weight)
         if self.kind == "fp4":
             return fq_fp4_weight(self.weight)
-        if self.kind == "bf16":
-            return fq_bf16(self.weight)
-        return self.weight
+        # bf16, and f32-in-use weights the checkpoint stores as BF16 (the compressor's)
+        return fq_bf16(self.weight)
 
     def forward(self, x):
         if self.qat and self.kind in ("fp8", "fp4"):
@@ -258,7 +266,7 @@ class Lin(nn.Module):
         if self.kind == "f32":
             with torch.autocast(x.device.type, enabled=False):
                 return F.linear(x.float(), self.w().float())
-        return F.linear(x, self.w())
+        return bfr(F.linear(x, self.w()), self.exact)
 
 
 def norm_param(n):
@@ -302,12 +310,16 @@ class MoE(nn.Module):
         for n, (o, i) in (("w1", (inter, dim)), ("w2", (dim, inter)), ("w3", (inter, dim))):
             setattr(self.shared_experts, n, Lin(o, i, "fp8"))
         self.load = None  # tokens per expert of the last forward (for the bias update)
+        self.exact = False
 
     def route(self, x):
         a = self.a
         with torch.autocast(x.device.type, enabled=False):
             gw = fq_bf16(self.gate.weight) if self.experts.qat else self.gate.weight
-            s = torch.sqrt(F.softplus(F.linear(x.float(), gw.float())))
+            if self.exact:  # the oracle's float64 product
+                s = torch.sqrt(F.softplus(F.linear(x.double(), gw.double()).float()))
+            else:
+                s = torch.sqrt(F.softplus(F.linear(x.float(), gw.float())))
         idx = torch.topk(s.detach() + self.gate.bias, self.k, -1).indices
         w = torch.gather(s, -1, idx)
         if a.norm_topk_prob and self.k > 1:
@@ -324,15 +336,19 @@ class MoE(nn.Module):
         self.load = torch.bincount(idx.reshape(-1), minlength=self.E).detach()
         w1, w2, w3 = self.experts.ws()
         xq = fq_act(xt, "fp8") if self.experts.qat else xt
-        g = torch.einsum("td,efd->tef", xq, w1)
-        u = torch.einsum("td,efd->tef", xq, w3)
-        hmid = dense[..., None] * swiglu(g, u, a.swiglu_limit)
+        e = self.exact
+        g = bfr(torch.einsum("td,efd->tef", xq, w1), e)
+        u = bfr(torch.einsum("td,efd->tef", xq, w3), e)
+        hmid = bfr(dense[..., None] * swiglu(g, u, a.swiglu_limit), e)
         if self.experts.qat:
             hmid = fq_act(hmid, "fp8")
-        y = torch.einsum("tef,edf->td", hmid, w2)
+        if e:  # each expert's output rounded before the sum, as the oracle adds them
+            y = bfr(torch.einsum("tef,edf->ted", hmid, w2), e).sum(1)
+        else:
+            y = torch.einsum("tef,edf->td", hmid, w2)
         sh = self.shared_experts
-        y = y.float() + sh.w2(swiglu(sh.w1(xt), sh.w3(xt), a.swiglu_limit)).float()
-        return y.reshape(shp)
+        y = y.float() + sh.w2(bfr(swiglu(sh.w1(xt), sh.w3(xt), a.swiglu_limit), e)).float()
+        return bfr(y, e).reshape(shp)
 
     @torch.no_grad()
     def update_bias(self, rate):
@@ -360,12 +376,17 @@ class HC(nn.Module):
         self.scale = nn.Parameter(torch.full((3,), 0.5))
 
 
-def hc_mixes(a, h, P):
+def hc_mixes(a, h, P, exact=False):
+    """pre [.., hc], post [.., hc], comb [.., hc(from), hc(to)] of h [.., hc, dim]
+    (exact: the mixing product in float64, as the oracle)."""
     hc = a.hc_mult
     with torch.autocast(h.device.type, enabled=False):
         xf = h.float().reshape(h.shape[:-2] + (-1,))
         rs = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + a.norm_eps)
-        m = F.linear(xf, P.fn) * rs
+        if exact:
+            m = F.linear(xf.double(), P.fn.double()).float() * rs
+        else:
+            m = F.linear(xf, P.fn) * rs
         eps = a.hc_eps
         pre = torch.sigmoid(m[..., :hc] * P.scale[0] + P.base[:hc]) + eps
         post = 2 * torch.sigmoid(m[..., hc:2 * hc] * P.scale[1] + P.base[hc:2 * hc])
@@ -481,9 +502,23 @@ class Model(nn.Module):
         last.confidence_head.proj = Lin(1, a.dim + a.dspark_markov_rank, "bf16")
         self.rt = RopeTables(a, max_len, dev)
         self.qat = False
+        self.exact = False
         self.index_mode = "topk"  # "topk" | "dense" | "random"
         self.trace = None  # a dict to collect per-layer inputs (tests)
         self.to(dev)
+
+    def set_exact(self, on):
+        """Round to bf16 where the oracle does (tests; off in training)."""
+        self.exact = on
+        for m in self.modules():
+            if isinstance(m, (Lin, MoE)):
+                m.exact = on
+
+    def rms(self, x, w):
+        return bfr(rmsnorm(x, self.emb(w), self.a.norm_eps), self.exact)
+
+    def rope_t(self, x, cos, sin, inverse=False):
+        return bfr(rope_tail(x, self.a.rope_head_dim, cos, sin, inverse), self.exact)
 
     def set_qat(self, on):
         self.qat = on
@@ -522,7 +557,7 @@ class Model(nn.Module):
         rstd = torch.rsqrt(hf.pow(2).mean(-1) + eps) * torch.rsqrt(key.pow(2).mean(-1) + eps)
         dot = (hf * weight * key).sum(-1) * rstd * dim ** -0.5
         gate = torch.sigmoid(torch.sign(dot) * torch.sqrt(dot.abs().clamp_min(1e-6)))
-        return hf + gate[..., None] * value[:, :, None, :]
+        return bfr(hf + gate[..., None] * value[:, :, None, :], self.exact)
 
     # ---- attention
 
@@ -530,11 +565,11 @@ class Model(nn.Module):
         a, at = self.a, L.attn
         H, D, rd = a.n_heads, a.head_dim, a.rope_head_dim
         cos, sin = self.rt.get(L.ratio, pos)
-        qr = rmsnorm(at.wq_a(x), self.emb(at.q_norm.weight), a.norm_eps)
+        qr = self.rms(at.wq_a(x), at.q_norm.weight)
         q = at.wq_b(qr).reshape(x.shape[:-1] + (H, D))
-        q = rope_tail(q, rd, cos[..., None, :], sin[..., None, :])
-        kv = rmsnorm(at.wkv(x), self.emb(at.kv_norm.weight), a.norm_eps)
-        kv = rope_tail(kv, rd, cos, sin)
+        q = self.rope_t(q, cos[..., None, :], sin[..., None, :])
+        kv = self.rms(at.wkv(x), at.kv_norm.weight)
+        kv = self.rope_t(kv, cos, sin)
         if self.qat:
             kv = fq_act(kv, "fp8")
         return qr, q, kv
@@ -543,23 +578,22 @@ class Model(nn.Module):
         a, at = self.a, L.attn
         rd, G = a.rope_head_dim, a.o_groups
         cos, sin = self.rt.get(L.ratio, pos)
-        o = rope_tail(o, rd, cos[..., None, :], sin[..., None, :], inverse=True)
+        o = self.rope_t(o, cos[..., None, :], sin[..., None, :], inverse=True)
         sh = o.shape[:-2]
         wo_a = at.wo_a.w().reshape(G, a.o_lora_rank, -1)
-        o = torch.einsum("...gd,grd->...gr", o.reshape(sh + (G, -1)), wo_a.to(o.dtype))
+        o = bfr(torch.einsum("...gd,grd->...gr", o.reshape(sh + (G, -1)), wo_a.to(o.dtype)), self.exact)
         return at.wo_b(o.reshape(sh + (-1,)))
 
     def attend(self, L, q, keys, mask):
         """q [B, T, H, D]; keys [B, K, D] (MQA: keys = values); mask bool [B, T, K] or
-        [T, K]; softmax with the per-head sink. -> (o [B, T, H, D], probs [B, H, T, K])."""
+        [T, K]; softmax with the per-head sink. -> o [B, T, H, D]."""
         D = q.shape[-1]
         s = torch.einsum("bthd,bkd->bhtk", q, keys).float() * D ** -0.5
         m = mask[:, None] if mask.dim() == 3 else mask[None, None]
         s = s.masked_fill(~m, float("-inf"))
-        sink = L.attn.attn_sink.float()[None, :, None, None].expand(s.shape[0], -1, s.shape[2], 1)
-        p = torch.softmax(torch.cat([s, sink], -1), -1)[..., :-1]
-        o = torch.einsum("bhtk,bkd->bthd", p, keys)
-        return o, p
+        p, den = sink_softmax(s, L.attn.attn_sink.float()[:, None], self.exact)
+        o = torch.einsum("bhtk,bkd->bthd", p, keys) / den.permute(0, 2, 1)[..., None]
+        return bfr(o, self.exact)
 
     def compress(self, L, x):
         """latents [B, G, D] (normed, before RoPE) of the groups of a KV source."""
@@ -567,7 +601,7 @@ class Model(nn.Module):
         r = L.ratio
         B, T, _ = x.shape
         if r == 1:
-            return rmsnorm(c.wkv(x), self.emb(c.norm.weight), a.norm_eps)
+            return self.rms(c.wkv(x), c.norm.weight)
         G = T // r
         xf = x[:, :G * r].float()
         kv = c.wkv(xf).reshape(B, G, r, -1)
@@ -576,7 +610,7 @@ class Model(nn.Module):
         pooled = (kv * p).sum(2)
         if self.qat:
             pooled = fq_bf16(pooled)
-        return rmsnorm(pooled, self.emb(c.norm.weight), a.norm_eps)
+        return self.rms(pooled, c.norm.weight)
 
     def index_scores(self, L, x, qr, keys, T):
         a, ix = self.a, L.attn.indexer
@@ -585,32 +619,90 @@ class Model(nn.Module):
         pos = torch.arange(T, device=x.device)
         cos, sin = self.rt.get(L.ratio, pos)
         q = ix.wq_b(qr).reshape(B, T, a.index_n_heads, a.index_head_dim)
-        q = rope_tail(q, rd, cos[:, None], sin[:, None])
+        q = self.rope_t(q, cos[:, None], sin[:, None])
         if self.qat:
             q = fq_act(q, "fp4_e8m0")
-        w = ix.weights_proj(x).float() * (a.index_head_dim ** -0.5 * a.index_n_heads ** -0.5)
-        s = torch.relu(torch.einsum("bthd,bnd->bthn", q.float(), keys.float()))
-        return (s * w[..., None]).sum(2)  # [B, T, n]
+        e = self.exact
+        w = bfr(ix.weights_proj(x).float() * (a.index_head_dim ** -0.5 * a.index_n_heads ** -0.5), e)
+        s = torch.relu(bfr(torch.einsum("bthd,bnd->bthn", q.float(), keys.float()), e))
+        return bfr(bfr(s * w[..., None], e).sum(2), e)  # [B, T, n]
+
+    def block(self, L, h, pre_mix, attn):
+        """One layer around its attention attn(x) (the oracle's block(): the
+        attention input mixes with the previous layer's ffn pre weights, the ffn
+        input with this layer's attention pre weights). -> (h, pre_mix)."""
+        a = self.a
+        res = h
+        apre, apost, acomb = hc_mixes(a, h, L.hc_attn, self.exact)
+        e = self.exact
+        x = self.rms(bfr(hc_pre(h, pre_mix), e), L.attn_norm.weight)
+        h = bfr(hc_post(attn(x), res, apost, acomb), e)
+        res = h
+        fpre, fpost, fcomb = hc_mixes(a, h, L.hc_ffn, self.exact)
+        x = self.rms(bfr(hc_pre(h, apre), e), L.ffn_norm.weight)
+        return bfr(hc_post(L.ffn(x), res, fpost, fcomb), e), fpre
+
+    def attention(self, L, st, x):
+        """A backbone layer's attention over the whole sequence; st carries what
+        the layers share within one forward (latents, index keys, the sources,
+        the last selection and the candidates) and the indexer's loss."""
+        a = self.a
+        B, T = x.shape[:2]
+        pos = st.pos
+        qr, q, kv = self.qkv(L, x, pos)
+        keys, mask = kv, st.win_mask[None].expand(B, T, T)
+        r = L.ratio
+        if r:
+            G = T // r
+            clen = (pos + 1) // r  # [T]
+            gpos = torch.arange(G, device=x.device)
+            valid = gpos[None, :] < clen[:, None]  # [T, G]
+            if L.kv_source:
+                lat = self.compress(L, x)
+                cos, sin = self.rt.get(r, gpos * r)
+                c = self.rope_t(lat, cos, sin)
+                st.comp[L.i] = fq_act(c, "fp4_e4m3") if self.qat else c
+                st.cur_src = L.i
+            masked = 0 <= a.candidate_source_layer < L.i
+            if L.index_source:
+                if L.kv_source:
+                    ix = L.attn.indexer
+                    k = self.rms(ix.wk(lat.detach()), ix.k_norm.weight)
+                    cos, sin = self.rt.get(r, gpos * r)
+                    k = self.rope_t(k, cos, sin)
+                    st.ikeys[L.i] = fq_act(k, "fp4_e8m0") if self.qat else k
+                    st.published = L.i
+                score = self.index_scores(L, x.detach(), qr.detach(), st.ikeys[st.published], T)
+                score = score.masked_fill(~valid[None], float("-inf"))
+                if L.i == a.candidate_source_layer:
+                    st.cand = candidate_mask(score.detach(), clen, a.candidate_topk_blocks, a.candidate_block_size)
+                elif masked:
+                    score = score.masked_fill(~st.cand, float("-inf"))
+                st.sel = self.select(score.detach(), valid, a.index_topk)
+            ck = st.comp[st.cur_src]
+            keys = torch.cat([kv, ck.to(kv.dtype)], 1)
+            mask = torch.cat([mask, st.sel], -1)
+        o = self.attend(L, q, keys, mask)
+        if r and L.index_source:
+            st.index_loss = st.index_loss + self.index_kl(q, ck, valid, st.cand if masked else None, score)
+            st.n_index += 1
+        return self.out_proj(L, o, pos)
 
     def forward(self, ids, hashes, targets=None, need_hidden=False):
         """ids [B, T] from position 0; hashes [B, T, n_engram, cols] (or None).
-        -> dict(logits [B, T, V] f32, index_loss (scalar), main_hidden [B,T,nt*dim] if asked)."""
+        -> dict(logits [B, T, V] f32 (or nll [B, T] of targets), index_loss,
+        main_hidden [B, T, nt*dim] if asked)."""
         a = self.a
         B, T = ids.shape
         dev = ids.device
         pos = torch.arange(T, device=dev)
+        st = types.SimpleNamespace(pos=pos, comp={}, ikeys={}, published=None, cur_src=None, sel=None,
+                                   cand=None, index_loss=torch.zeros((), device=dev), n_index=0)
+        st.win_mask = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - a.window_size)  # [T, T]
         W = self.emb(self.embed.weight)
         h = W[ids][:, :, None, :].expand(B, T, a.hc_mult, a.dim).float()
         pre_mix = torch.zeros(B, T, a.hc_mult, device=dev)
         pre_mix[..., 0] = 1
-        tq = pos[:, None]
-        win_mask = (pos[None, :] <= tq) & (pos[None, :] > tq - a.window_size)  # [T, T]
-        comp = {}  # kv source -> roped latents [B, G, D]
-        ikeys = {}  # kv source -> index keys [B, G, ihd]
-        published = cur_src = None
-        sel = cand = None
-        index_loss = torch.zeros((), device=dev)
-        n_index = 0
         hidden = []
         for L in self.layers:
             if L.engram is not None:
@@ -618,61 +710,10 @@ class Model(nn.Module):
             if self.trace is not None:
                 self.trace[f"L{L.i}.h_in"] = h.detach().float().cpu().numpy()
             if L.i in a.dspark_target_layer_ids:
-                hidden.append(h.float().mean(2))
-            res = h
-            apre, apost, acomb = hc_mixes(a, h, L.hc_attn)
-            x = rmsnorm(hc_pre(h, pre_mix), self.emb(L.attn_norm.weight), a.norm_eps)
-            qr, q, kv = self.qkv(L, x, pos)
-            keys, mask = kv, win_mask[None].expand(B, T, T)
-            r = L.ratio
-            if r:
-                G = T // r
-                clen = (pos + 1) // r  # [T]
-                gpos = torch.arange(G, device=dev)
-                valid = gpos[None, :] < clen[:, None]  # [T, G]
-                if L.kv_source:
-                    lat = self.compress(L, x)
-                    cos, sin = self.rt.get(r, gpos * r)
-                    c = rope_tail(lat, a.rope_head_dim, cos, sin)
-                    if self.qat:
-                        c = fq_act(c, "fp4_e4m3")
-                    comp[L.i] = c
-                    cur_src = L.i
-                if L.index_source:
-                    if L.kv_source:
-                        ix = L.attn.indexer
-                        k = rmsnorm(ix.wk(lat.detach()), self.emb(ix.k_norm.weight), a.norm_eps)
-                        cos, sin = self.rt.get(r, gpos * r)
-                        k = rope_tail(k, a.rope_head_dim, cos, sin)
-                        if self.qat:
-                            k = fq_act(k, "fp4_e8m0")
-                        ikeys[L.i] = k
-                        published = L.i
-                    score = self.index_scores(L, x.detach(), qr.detach(), ikeys[published], T)
-                    score = score.masked_fill(~valid[None], float("-inf"))
-                    if L.i == a.candidate_source_layer:
-                        cand = candidate_mask(score.detach(), clen, a.candidate_topk_blocks, a.candidate_block_size)
-                    elif 0 <= a.candidate_source_layer < L.i:
-                        score = score.masked_fill(~cand, float("-inf"))
-                    sel = self.select(score.detach(), valid, a.index_topk)
-                    idx_score = score
-                ck = comp[cur_src]
-                keys = torch.cat([kv, ck.to(kv.dtype)], 1)
-                mask = torch.cat([mask, sel], -1)
-            o, p = self.attend(L, q, keys, mask)
-            if r and L.index_source:
-                index_loss = index_loss + self.index_kl(L, q, ck, valid, cand if (
-                    0 <= a.candidate_source_layer < L.i) else None, idx_score)
-                n_index += 1
-            x = self.out_proj(L, o, pos)
-            h = hc_post(x, res, apost, acomb)
-            res = h
-            fpre, fpost, fcomb = hc_mixes(a, h, L.hc_ffn)
-            x = rmsnorm(hc_pre(h, apre), self.emb(L.ffn_norm.weight), a.norm_eps)
-            h = hc_post(L.ffn(x), res, fpost, fcomb)
-            pre_mix = fpre
-        x = rmsnorm(hc_pre(h, pre_mix), self.emb(self.norm.weight), a.norm_eps)
-        out = {"index_loss": index_loss / max(n_index, 1)}
+                hidden.append(bfr(h.float().mean(2), self.exact))
+            h, pre_mix = self.block(L, h, pre_mix, lambda x, L=L: self.attention(L, st, x))
+        x = self.rms(bfr(hc_pre(h, pre_mix), self.exact), self.norm.weight)
+        out = {"index_loss": st.index_loss / max(st.n_index, 1)}
         if targets is not None:
             out["nll"] = self.nll(x, targets)
         else:
@@ -705,12 +746,12 @@ class Model(nn.Module):
             g.manual_seed(1234)
             noise = torch.rand(score.shape, generator=g, device=score.device)
             score = torch.where(valid[None], noise, torch.full_like(noise, float("-inf")))
-        top = torch.topk(score, k, -1)
+        vals, ind = topk_lowest_ties(score, k)
         m = torch.zeros(B, T, G, dtype=torch.bool, device=score.device)
-        m.scatter_(-1, top.indices, torch.isfinite(top.values))
+        m.scatter_(-1, ind, torch.isfinite(vals))
         return m
 
-    def index_kl(self, L, q, ck, valid, cand, score):
+    def index_kl(self, q, ck, valid, cand, score):
         """KL(attention mass on the compressed entries || softmax(index score)): the
         target is the layer's own dense attention over every visible compressed
         entry, heads summed, detached."""
@@ -730,9 +771,32 @@ class Model(nn.Module):
 
     # ---- DSpark
 
+    def draft_attention(self, L, x, mx, qpos, ctx):
+        """A DSpark stage's attention: the block's queries [B, N, blk] see the
+        main model's KV of main_x at their anchor's window (ctx [B, N, T]) and
+        every entry of their own block."""
+        a, at = self.a, L.attn
+        B, N, blk = qpos.shape
+        T = mx.shape[1]
+        _, q, kv = self.qkv(L, x, qpos)  # q [B,N,blk,H,D], kv [B,N,blk,D]
+        mkv = self.rms(at.wkv(mx), at.kv_norm.weight)
+        cos, sin = self.rt.get(0, torch.arange(T, device=mx.device))
+        mkv = self.rope_t(mkv, cos, sin)
+        if self.qat:
+            mkv = fq_act(mkv, "fp8")
+        D = q.shape[-1]
+        s_m = torch.einsum("bnjhd,btd->bnhjt", q, mkv).float() * D ** -0.5
+        s_m = s_m.masked_fill(~ctx[:, :, None, None, :], float("-inf"))
+        s_b = torch.einsum("bnjhd,bnkd->bnhjk", q, kv).float() * D ** -0.5
+        p, den = sink_softmax(torch.cat([s_m, s_b], -1), at.attn_sink.float()[:, None], self.exact)
+        pm, pb = p[..., :T], p[..., T:]
+        o = torch.einsum("bnhjt,btd->bnjhd", pm, mkv) + torch.einsum("bnhjk,bnkd->bnjhd", pb, kv)
+        o = bfr(o / den.permute(0, 1, 3, 2)[..., None], self.exact)
+        return self.out_proj(L, o, qpos)
+
     def main_x(self, main_hidden):
         m0, a = self.mtp[0], self.a
-        return rmsnorm(m0.main_proj(main_hidden), self.emb(m0.main_norm.weight), a.norm_eps)
+        return self.rms(m0.main_proj(main_hidden), m0.main_norm.weight)
 
     def dspark_forward(self, main_hidden, ids, anchors, draft_prev):
         """Drafts for anchors (positions sp > 0) of each sequence, in parallel.
@@ -757,36 +821,12 @@ class Model(nn.Module):
         # main keys visible to anchor sp: positions sp-win+1..sp
         ctx = (tpos[None, None, :] <= anchors[..., None]) & (tpos[None, None, :] > anchors[..., None] - win)
         for L in self.mtp:
-            at = L.attn
-            res = h
-            apre, apost, acomb = hc_mixes(a, h, L.hc_attn)
-            x = rmsnorm(hc_pre(h, pre_mix), self.emb(L.attn_norm.weight), a.norm_eps)
-            _, q, kv = self.qkv(L, x, qpos)  # q [B,N,blk,H,D], kv [B,N,blk,D]
-            mkv = rmsnorm(at.wkv(mx), self.emb(at.kv_norm.weight), a.norm_eps)
-            cos, sin = self.rt.get(0, tpos)
-            mkv = rope_tail(mkv, a.rope_head_dim, cos, sin)
-            if self.qat:
-                mkv = fq_act(mkv, "fp8")
-            D = q.shape[-1]
-            s_m = torch.einsum("bnjhd,btd->bnhjt", q, mkv).float() * D ** -0.5
-            s_m = s_m.masked_fill(~ctx[:, :, None, None, :], float("-inf"))
-            s_b = torch.einsum("bnjhd,bnkd->bnhjk", q, kv).float() * D ** -0.5
-            sink = at.attn_sink.float()[None, None, :, None, None].expand(B, N, -1, blk, 1)
-            p = torch.softmax(torch.cat([s_m, s_b, sink], -1), -1)
-            pm, pb = p[..., :T], p[..., T:T + blk]
-            o = torch.einsum("bnhjt,btd->bnjhd", pm, mkv) + torch.einsum("bnhjk,bnkd->bnjhd", pb, kv)
-            x = self.out_proj(L, o, qpos)
-            h = hc_post(x, res, apost, acomb)
-            res = h
-            fpre, fpost, fcomb = hc_mixes(a, h, L.hc_ffn)
-            x = rmsnorm(hc_pre(h, apre), self.emb(L.ffn_norm.weight), a.norm_eps)
-            h = hc_post(L.ffn(x), res, fpost, fcomb)
-            pre_mix = fpre
+            h, pre_mix = self.block(L, h, pre_mix, lambda x, L=L: self.draft_attention(L, x, mx, qpos, ctx))
         last = self.mtp[-1]
         xr = hc_pre(h, pre_mix)
         if self.qat:
             xr = fq_bf16(xr)
-        logits = F.linear(rmsnorm(xr, self.emb(last.norm.weight), a.norm_eps), self.emb(self.head.weight).float())
+        logits = F.linear(self.rms(xr, last.norm.weight), self.emb(self.head.weight).float())
         e = self.emb(last.markov_head.embed.weight)[draft_prev]  # [B, N, blk, r]
         logits = logits.float() + F.linear(e.float(), last.markov_head.head.weight.float())
         conf = F.linear(torch.cat([xr.float(), e.float()], -1), last.confidence_head.proj.w().float())[..., 0]
@@ -804,6 +844,24 @@ def _fp8_rows(t):
     return ((b / s).clamp(-448, 448).to(torch.float8_e4m3fn).float() * s).reshape(t.shape)
 
 
+def topk_lowest_ties(x, k):
+    """The k largest of the last axis, ties to the lower index (the oracle's rule;
+    a stable descending sort). -> (values, indices)."""
+    v, i = torch.sort(x, dim=-1, descending=True, stable=True)
+    return v[..., :k], i[..., :k]
+
+
+def sink_softmax(s, sink, exact):
+    """Softmax over the last axis of scores s [..., H, q, K] (-inf = masked) with
+    the per-head sink [H, 1] in the denominator, as the reference kernel: ->
+    (un-normalised probabilities exp(s - max), rounded to bf16 in exact mode,
+    and the denominator [..., H, q]); o = (p @ values) / den."""
+    m = s.amax(-1).clamp_min(-1e30)
+    p = torch.exp(s - m[..., None])
+    den = p.sum(-1) + torch.exp(sink - m)
+    return bfr(p, exact), den
+
+
 def candidate_mask(score, clen, topk_blocks, bsz):
     """The candidate source's kept blocks (select_candidate_blocks of the oracle):
     the best topk_blocks blocks by max score, the query's newest block pinned in."""
@@ -816,7 +874,7 @@ def candidate_mask(score, clen, topk_blocks, bsz):
     pin = torch.arange(nb, device=score.device)[None, :] == last[:, None]
     bs = torch.where(pin[None], torch.full_like(bs, float("inf")), bs)
     k = min(topk_blocks, nb)
-    top = torch.topk(bs, k, -1)
+    vals, ind = topk_lowest_ties(bs, k)
     keep = torch.zeros(B, T, nb, dtype=torch.bool, device=score.device)
-    keep.scatter_(-1, top.indices, top.values > float("-inf"))
+    keep.scatter_(-1, ind, vals > float("-inf"))
     return keep.repeat_interleave(bsz, -1)[..., :G]

@@ -59,6 +59,20 @@ def lr_at(step, total, peak, warm):
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
 
+def set_lr(opt, lr):
+    for g in opt.param_groups:
+        g["lr"] = lr
+
+
+def over_budget(t0, budget, flag, step, total, summary):
+    """The time guard of a phase: True (and a note in log and summary) once past budget."""
+    if budget and time.time() - t0 > budget:
+        log(f"STOPPED by {flag} at step {step} of {total} (not deterministic)")
+        summary[flag.lstrip("-").replace("-", "_") + "_stopped_at_step"] = step
+        return True
+    return False
+
+
 class Batches:
     """Shuffled rows [N, T+1] with their hashes, one epoch after another (seeded)."""
 
@@ -304,16 +318,13 @@ def main():
     model.train()
     t1 = time.time()
     for step in range(ns.steps):
-        if ns.time_budget and time.time() - t1 > ns.time_budget:
-            log(f"STOPPED by --time-budget at step {step} of {ns.steps} (not deterministic)")
-            summary["stopped_at_step"] = step
+        if over_budget(t1, ns.time_budget, "--time-budget", step, ns.steps, summary):
             break
         if step == qat_from:
             model.set_qat(True)
             log(f"step {step}: quantisation-aware from here")
         model.index_mode = "dense" if step < dense_until else "topk"
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, ns.steps, ns.lr, max(1, ns.steps // 50))
+        set_lr(opt, lr_at(step, ns.steps, ns.lr, max(1, ns.steps // 50)))
         r, h = batches.next()
         x, y = r[:, :-1].clamp_min(0), r[:, 1:]
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
@@ -350,14 +361,11 @@ def main():
                 m.qat = False
     t1 = time.time()
     for step in range(ns.dspark_steps):
-        if ns.dspark_time_budget and time.time() - t1 > ns.dspark_time_budget:
-            log(f"STOPPED by --dspark-time-budget at step {step} of {ns.dspark_steps} (not deterministic)")
-            summary["dspark_stopped_at_step"] = step
+        if over_budget(t1, ns.dspark_time_budget, "--dspark-time-budget", step, ns.dspark_steps, summary):
             break
         if step == mtp_qat_from:
             model.set_qat(True)
-        for g in opt2.param_groups:
-            g["lr"] = lr_at(step, ns.dspark_steps, ns.dspark_lr, max(1, ns.dspark_steps // 20))
+        set_lr(opt2, lr_at(step, ns.dspark_steps, ns.dspark_lr, max(1, ns.dspark_steps // 20)))
         r, h = batches.next()
         x, anchors, toks = dspark_batch(model, r, h, ns.dspark_anchors, gen)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
