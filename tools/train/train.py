@@ -204,7 +204,8 @@ def main():
     global LOG
     ap = argparse.ArgumentParser(description="train tide-mini")
     ap.add_argument("--corpus", required=True, help="folder of corpus *.txt (build_corpus.sh)")
-    ap.add_argument("--chat", default=os.path.join(_HERE, "data"), help="folder of rendered chat *.txt")
+    ap.add_argument("--chat", default=os.path.join(_HERE, "data"),
+                    help="folder with chat_train.txt / chat_valid.txt (tools/train/data/build.sh)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokenizer", help="use this tokenizer.json instead of training one")
     ap.add_argument("--vocab", type=int, default=16384)
