@@ -44,7 +44,7 @@ def main():
     ap.add_argument("--model", required=True, help="checkpoint dir (config.json, tokenizer.json)")
     ap.add_argument("--text", required=True, help="held-out text file (UTF-8)")
     ap.add_argument("--lengths", default=LENGTHS, help=f"prompt lengths in tokens, BOS included ({LENGTHS})")
-    ap.add_argument("--cont", type=int, default=32, help="teacher-forced continuation tokens per case (32)")
+    ap.add_argument("--cont", type=int, default=64, help="teacher-forced continuation tokens per case (64)")
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args()
     tok = os.path.join(a.model, "tokenizer.json")
