@@ -162,7 +162,6 @@ static void test_memory_per_token(void **state) {
 }
 
 int main(void) {
-    print_message("seed %llu\n", (unsigned long long)tu_seed());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_window),
         cmocka_unit_test(test_latent),
