@@ -92,7 +92,7 @@ has prefix "^tide bench prefix: model synth:tiny, 3 requests of 128 shared \+ 4 
 run decode decode --model synth:tiny --batch 2 --context 40 --steps 2 --warmup 1 --copy-mib 8
 has decode "^tide bench decode: model synth:tiny, batch 2, context 40" "ceilings +copy $NUM [kMG]?B/s.*FP8 GEMM $NUM [kMGT]?FLOP/s" \
     "step +median $NUM ms \(min $NUM, max $NUM; 2 timed after 1 warm-up\)" "throughput +$NUM tokens/s" \
-    "roofline bytes +$NUM [kMG]?B = weights" "KV $NUM [kMG]?B \(f32: window" "roofline flops +$NUM [kMGT]?FLOP = GEMM" \
+    "roofline bytes +$NUM [kMG]?B = weights" "KV $NUM [kMG]?B \(packed: window" "roofline flops +$NUM [kMGT]?FLOP = GEMM" \
     "roofline time +$NUM ms = max\(bytes/BW $NUM ms, flops/rate $NUM ms\): (memory|compute) bound" \
     "roofline/measured $NUM"
 

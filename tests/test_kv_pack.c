@@ -25,14 +25,6 @@
 #include "num_testdata.h"
 #include "testutil.h"
 
-static int same_f32(float a, float b) {
-    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-    uint32_t ua, ub;
-    memcpy(&ua, &a, 4);
-    memcpy(&ub, &b, 4);
-    return ua == ub;
-}
-
 static void sim(tide_kv_fmt f, float *x, int64_t n) {
     if (f == TIDE_KV_WINDOW) tide_sim_fp8_act(x, (size_t)n, 32);
     else if (f == TIDE_KV_LATENT) tide_sim_fp4_e4m3(x, (size_t)n, 16);
@@ -85,7 +77,7 @@ static void check_fmt(tide_kv_fmt f, int64_t n, uint64_t salt) {
         assert_memory_equal(e + cb, scales, eb - cb);
         tide_kv_unpack(f, e, n, y);
         for (int64_t i = 0; i < n; i++)
-            if (!same_f32(s[i], y[i]))
+            if (!nt_same_f32(s[i], y[i]))
                 fail_msg("format %d dim %lld rep %d element %lld: sim %a, unpacked %a (input %a)", (int)f,
                          (long long)n, rep, (long long)i, (double)s[i], (double)y[i], (double)x[i]);
     }
