@@ -704,6 +704,14 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
     s->n_finished = e->n_finished;
     s->kv_blocks_total = kv->max_blocks;
     s->kv_blocks_used = tide_kv_used(kv);
+    s->kv_block_bytes = (int64_t)tide_kv_block_bytes(kv);
+    for (int k = 0; k < e->sched.n_src; k++)
+        s->kv_bytes_per_token += (double)tide_kv_pos_bytes(kv) / (double)e->sched.ratio[k];
+    {
+        const tide_model *m = tide_fwd_model(e->fx);
+        s->kv_ring_bytes = (int64_t)m->n_layers * m->cfg.text.sliding_window *
+                           (int64_t)tide_kv_entry_bytes(TIDE_KV_WINDOW, m->cfg.text.head_dim);
+    }
     s->steps = e->steps;
     s->tokens_fed = e->tokens_fed;
     s->tokens_generated = e->tokens_generated;

@@ -167,6 +167,18 @@ int tide_cuda_sim_fp4_e8m0(float *x, int64_t rows, int64_t n, int64_t block, tid
 int tide_cuda_sim_fp4_e4m3(float *x, int64_t rows, int64_t n, int64_t block, tide_cuda_stream stream,
                            tide_status *st);
 
+/* ---- Packed KV entries (kv_pack.cu) ----
+ * The caches' packed layout (src/cache/kv_pack.h; fmt = tide_kv_fmt: 0
+ * window FP8 + UE8M0/32, 1 latent FP4 + E4M3/16, 2 index key FP4 +
+ * UE8M0/32), rows entries of dim values back to back at e (entry r at
+ * e + r * tide_kv_entry_bytes(fmt, dim)). pack: from raw values x
+ * [rows][dim], byte-identical to tide_kv_pack; unpack: y [rows][dim],
+ * bit-identical to tide_kv_unpack (= the simulation of the packed values). */
+int tide_cuda_kv_pack(int fmt, const float *x, int64_t rows, int64_t dim, uint8_t *e, tide_cuda_stream stream,
+                      tide_status *st);
+int tide_cuda_kv_unpack(int fmt, const uint8_t *e, int64_t rows, int64_t dim, float *y, tide_cuda_stream stream,
+                        tide_status *st);
+
 /* ---- Indexer (index_topk.cu) ----
  * index_scores: tide_cpu_ops()->index_scores for each query row r, bit for
  * bit: q [rows][heads][d], w [rows][heads], keys [n][d], score [rows][n];
