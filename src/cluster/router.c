@@ -83,7 +83,7 @@ struct fwd {
     size_t plen;
     tide_route_api api;
     tide_route_req rq;
-    struct curl_slist *hdr;
+    struct curl_slist *hdr, *phdr; /* phdr: the prefill leg's (+ x-tide-kv-flush) */
     int phase;       /* 0: the prefill leg, 1: the answer's */
     int replica;     /* the current leg's replica, -1 none */
     uint64_t tried;  /* replicas tried in this leg */
@@ -221,6 +221,7 @@ static void fwd_unref(fwd *f) { /* under mu */
     if (--f->refs > 0) return;
     if (f->h) curl_easy_cleanup(f->h);
     curl_slist_free_all(f->hdr);
+    curl_slist_free_all(f->phdr);
     free(f->body);
     free(f->pbody);
     tide_sb_free(&f->buf);
@@ -442,7 +443,7 @@ static int start_leg(tide_router *r, fwd *f) {
     char url[TIDE_ROUTE_URL_MAX + 200];
     snprintf(url, sizeof url, "%s%s", p->cfg.url, f->path);
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, f->hdr);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, f->phase == 0 ? f->phdr : f->hdr);
     if (f->is_post) {
         const char *b = f->phase == 0 ? f->pbody : f->body;
         size_t n = f->phase == 0 ? f->plen : f->len;
@@ -675,9 +676,13 @@ static enum MHD_Result forward(tide_router *r, struct MHD_Connection *c, const c
         snprintf(line, sizeof line, "%s: %s", *h, v);
         struct curl_slist *nl = curl_slist_append(f->hdr, line);
         if (nl) f->hdr = nl;
+        if ((nl = curl_slist_append(f->phdr, line))) f->phdr = nl;
     }
     struct curl_slist *nl = curl_slist_append(f->hdr, "Expect:");
     if (nl) f->hdr = nl;
+    /* the prefill leg is answered once its pages are in the KV store */
+    if ((nl = curl_slist_append(f->phdr, "Expect:"))) f->phdr = nl;
+    if ((nl = curl_slist_append(f->phdr, "x-tide-kv-flush: 1"))) f->phdr = nl;
     cx->f = f;
     pthread_mutex_lock(&r->mu);
     r->n_requests++;

@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 
 #include "base/log.h"
+#include "cache/kv_tier.h"
 #include "serve/serve_internal.h"
 
 typedef struct conn_ctx {
@@ -97,6 +98,9 @@ static enum MHD_Result answer_job(tide_server *srv, struct MHD_Connection *c, co
     size_t len = j->buf.len;
     char *body = tide_sb_take(&j->buf);
     pthread_mutex_unlock(&srv->mu);
+    /* tide route's prefill leg: the decode replica reads these pages next */
+    const tide_kv_tier *kt = srv->cfg.engine.kv_tier;
+    if (j->kv_flush && kt && kt->flush) kt->flush(kt->ctx);
     cx->answered = 1;
     return queue_buffer(srv, c, status, "application/json", body, body ? len : 0);
 }
