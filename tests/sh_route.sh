@@ -32,12 +32,12 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 # ---- 1. the command line ----
-"$tide" route --help | grep -q -- '--config' || bad "--help lacks --config"
+grep -q -- '--config' <<<"$("$tide" route --help)" || bad "--help lacks --config"
 "$tide" route >/dev/null 2>&1; [ $? -eq 2 ] || bad "no --config: not exit 2"
 check_cfg() { # JSON, a pattern the message must match
   printf '%s' "$1" >"$work/bad.json"
   out=$("$tide" route --config "$work/bad.json" 2>&1) && { bad "accepted: $1"; return; }
-  echo "$out" | grep -Eq "$2" || bad "config $1: message '$out' lacks /$2/"
+  grep -Eq "$2" <<<"$out" || bad "config $1: message '$out' lacks /$2/"
 }
 check_cfg '{"replicas": [{"url": "http://127.0.0.1:1", "role": "cook"}]}' 'replicas\[0\]: "role"'
 check_cfg '{"replicas": [{"url": "ftp://x:1"}]}' 'must start with http://'
@@ -54,7 +54,7 @@ for t in mooncake_synth.jsonl azure_synth.csv; do
   out=$(timeout 120 "$tide" bench route --trace "$data/$t" 2>&1) || { bad "bench route $t: $out"; continue; }
   for p in '^trace .*: (mooncake|azure), 550 requests' '^aware:$' '^round-robin:$' 'prefill balancedness .*% of ideal' \
            'decode balancedness .*% of ideal' 'TTFT p50/p90/p99 ' 'TPOT p50/p90/p99 '; do
-    echo "$out" | grep -Eq "$p" || bad "bench route $t: no /$p/ in: $out"
+    grep -Eq "$p" <<<"$out" || bad "bench route $t: no /$p/ in: $out"
   done
   hits=$(echo "$out" | sed -n 's/.*hit rate *\([0-9.]*\) %.*/\1/p' | tr '\n' ' ')
   echo "bench route $t: hit rates (aware, round-robin): $hits"
@@ -64,10 +64,10 @@ for t in mooncake_synth.jsonl azure_synth.csv; do
 done
 printf '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": -5, "output_length": 1}\n' >"$work/bad.jsonl"
 out=$("$tide" bench route --trace "$work/bad.jsonl" 2>&1) && bad "a bad trace accepted"
-echo "$out" | grep -q 'line 2.*input_length' || bad "bad trace: message lacks the line and field: $out"
+grep -q 'line 2.*input_length' <<<"$out" || bad "bad trace: message lacks the line and field: $out"
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n2023-13-16 18:15:46,10,2\n' >"$work/bad.csv"
 out=$("$tide" bench route --trace "$work/bad.csv" 2>&1) && bad "a bad Azure trace accepted"
-echo "$out" | grep -q 'line 3.*TIMESTAMP' || bad "bad Azure trace: message lacks the line: $out"
+grep -q 'line 3.*TIMESTAMP' <<<"$out" || bad "bad Azure trace: message lacks the line: $out"
 
 # ---- 3. the pool ----
 if [ ! -d "$npm/node_modules/openai" ] || [ ! -d "$npm/node_modules/@anthropic-ai/sdk" ]; then
@@ -130,7 +130,7 @@ for n in d1 d2; do
 done
 out=$(curl -s "$R/v1/completions" -H 'Authorization: Bearer test-key' -H 'Content-Type: application/json' \
   -d "{\"prompt\": [$ids], \"max_tokens\": 4, \"temperature\": 0, \"ignore_eos\": true}")
-echo "$out" | grep -q '"completion_tokens":4' || bad "disaggregated request: $out"
+grep -q '"completion_tokens":4' <<<"$out" || bad "disaggregated request: $out"
 served=
 for n in d1 d2; do
   p=port_$n
@@ -152,20 +152,20 @@ done
 # ---- 3. (cont.) the clients, then a decode replica killed mid-run ----
 timeout 300 node "$npm/route_clients.mjs" "$R" "http://127.0.0.1:$port_single" test-key "$pid_d1" || fail=1
 for _ in $(seq 50); do
-  curl -s "$R/router/replicas" | grep -q "\"url\":\"http://127.0.0.1:$port_d1\",\"role\":\"decode\",\"up\":false" && break
+  grep -q "\"url\":\"http://127.0.0.1:$port_d1\",\"role\":\"decode\",\"up\":false" <<<"$(curl -s "$R/router/replicas")" && break
   sleep 0.1
 done
-curl -s "$R/router/replicas" | grep -q "\"url\":\"http://127.0.0.1:$port_d1\",\"role\":\"decode\",\"up\":false" ||
+grep -q "\"url\":\"http://127.0.0.1:$port_d1\",\"role\":\"decode\",\"up\":false" <<<"$(curl -s "$R/router/replicas")" ||
   bad "the killed replica is not out: $(curl -s "$R/router/replicas")"
 grep -q "http://127.0.0.1:$port_d1 (decode) is out" "$work/route.err" || bad "no 'is out' line for the killed replica"
 
 # ---- 5. leave and join at run time ----
 out=$(curl -s -X DELETE "$R/router/replicas" -d "{\"url\": \"http://127.0.0.1:$port_d1\"}")
-echo "$out" | grep -q "$port_d1" && bad "left replica still listed: $out"
+grep -q "$port_d1" <<<"$out" && bad "left replica still listed: $out"
 out=$(curl -s -X POST "$R/router/replicas" -d "{\"url\": \"http://127.0.0.1:$port_single\", \"role\": \"decode\"}")
-echo "$out" | grep -q "\"url\":\"http://127.0.0.1:$port_single\",\"role\":\"decode\"" || bad "join: $out"
+grep -q "\"url\":\"http://127.0.0.1:$port_single\",\"role\":\"decode\"" <<<"$out" || bad "join: $out"
 out=$(curl -s -X POST "$R/router/replicas" -d '{"url": "nope"}')
-echo "$out" | grep -q 'must start with http://' || bad "join of a bad url: $out"
+grep -q 'must start with http://' <<<"$out" || bad "join of a bad url: $out"
 for _ in $(seq 50); do
   [ "$(curl -s "$R/router/replicas" | grep -o '"up":true' | wc -l)" -eq 4 ] && break
   sleep 0.1
@@ -174,7 +174,7 @@ done
 kill -KILL "$pid_d2"
 out=$(curl -s "$R/v1/chat/completions" -H 'x-api-key: test-key' -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}')
-echo "$out" | grep -q '"completion_tokens":3' || bad "request after d2 died: $out"
+grep -q '"completion_tokens":3' <<<"$out" || bad "request after d2 died: $out"
 
 kill -TERM "$rpid"
 rc=0

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/stop_signal.h"
 #include "cluster/router.h"
 
 static void usage(FILE *f) {
@@ -94,11 +95,9 @@ int tide_cmd_route(int argc, char **argv) {
             return TIDE_EXIT_USAGE;
         }
     }
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    /* the router's threads inherit the mask: the signals reach only the wait below */
+    sigset_t old;
+    tide_stop_signals_block(&old);
     signal(SIGPIPE, SIG_IGN);
     tide_router *r;
     if (tide_router_start(&cfg, &r, &st) != 0) {
@@ -109,9 +108,8 @@ int tide_cmd_route(int argc, char **argv) {
             cfg.policy.mode == TIDE_PLACE_AWARE ? "aware" : "round-robin", cfg.disaggregate ? "on" : "off");
     printf("tide route: listening on http://%s:%d\n", cfg.host, tide_router_port(r));
     fflush(stdout);
-    int sig = 0;
-    sigwait(&set, &sig);
-    fprintf(stderr, "tide route: %s: stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    int sig = tide_stop_signal_wait();
+    fprintf(stderr, "tide route: %s: stopping\n", tide_stop_signal_name(sig));
     tide_router_stop(r);
     fprintf(stderr, "tide route: stopped\n");
     return TIDE_EXIT_OK;

@@ -83,8 +83,6 @@ void tide_route_config_default(tide_route_config *c);
  * `where` names the source in messages. */
 int tide_route_config_parse(tide_route_config *c, const char *json, size_t len, const char *where, tide_status *st);
 int tide_route_config_load(tide_route_config *c, const char *path, tide_status *st);
-/* Reads a whole file (at most `max` bytes; NUL-terminated; free it). */
-int tide_route_read_file(const char *path, size_t max, char **out, size_t *len, tide_status *st);
 /* Checks a replica URL: http://HOST:PORT with nothing after (a trailing / is cut). */
 int tide_route_url_check(char *url, tide_status *st);
 

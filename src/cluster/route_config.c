@@ -291,48 +291,10 @@ out:
     return rc;
 }
 
-int tide_route_read_file(const char *path, size_t max, char **out, size_t *out_len, tide_status *st) {
-    *out = NULL;
-    FILE *f = tide_fopen_regular(path, st);
-    if (!f) return -1;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 1 >= cap) {
-            if (cap > max) {
-                free(buf);
-                fclose(f);
-                return tide_fail(st, TIDE_ERR_INVALID, "%s: larger than %zu bytes", path, max);
-            }
-            cap = cap ? 2 * cap : 1 << 16;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return tide_fail(st, TIDE_ERR_NOMEM, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t k = fread(buf + len, 1, cap - len - 1, f);
-        len += k;
-        if (!k) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return tide_fail(st, TIDE_ERR_IO, "%s: read error", path);
-    }
-    buf[len] = 0;
-    *out = buf;
-    *out_len = len;
-    return 0;
-}
-
 int tide_route_config_load(tide_route_config *c, const char *path, tide_status *st) {
     char *buf;
     size_t len;
-    if (tide_route_read_file(path, (size_t)1 << 24, &buf, &len, st)) return -1;
+    if (tide_read_file(path, (size_t)1 << 24, &buf, &len, st)) return -1;
     int rc = tide_route_config_parse(c, buf, len, path, st);
     free(buf);
     return rc;

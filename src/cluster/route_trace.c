@@ -218,7 +218,7 @@ int tide_trace_load(const char *path, tide_trace *t, tide_status *st) {
     memset(t, 0, sizeof *t);
     char *buf;
     size_t len;
-    if (tide_route_read_file(path, (size_t)1 << 32, &buf, &len, st)) return -1;
+    if (tide_read_file(path, (size_t)1 << 32, &buf, &len, st)) return -1;
     int rc = tide_trace_parse(buf, len, path, t, st);
     free(buf);
     return rc;

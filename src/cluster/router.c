@@ -46,6 +46,7 @@
 #include "api/api.h"
 #include "base/log.h"
 #include "cluster/router.h"
+#include "serve/http_glue.h"
 #include "text/sbuf.h"
 
 enum { X_FWD, X_HEALTH, X_METRICS };
@@ -197,16 +198,7 @@ static char *error_body(const char *path, int status, const char *type, const ch
 }
 
 static enum MHD_Result queue_body(struct MHD_Connection *c, int status, const char *ctype, char *body, size_t len) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body ? body : (char *)"",
-                                                                body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return tide_http_queue_buffer(c, status, ctype, body, len);
 }
 
 static enum MHD_Result queue_json(struct MHD_Connection *c, int status, json_t *v) {
@@ -520,10 +512,11 @@ static void leg_done(tide_router *r, fwd *f, CURLcode res) { /* upstream thread 
             tide_sb_reset(&f->buf);
             f->replica = -1;
             start_or_fail(r, f);
-        } else if (!ok && res != CURLE_OK) {
+        } else if (!ok) {
             char m[300];
-            snprintf(m, sizeof m, "route: replica %s: %s", r->reps[f->replica].cfg.url, curl_easy_strerror(res));
-            fail_fwd(f, 502, "api_error", m);
+            snprintf(m, sizeof m, "route: replica %s: %s", r->reps[f->replica].cfg.url,
+                     res != CURLE_OK ? curl_easy_strerror(res) : "503 (loading or draining), and no other replica left");
+            fail_fwd(f, res != CURLE_OK ? 502 : 503, "api_error", m);
         } else {
             if (f->prefill_rep < 0 && f->api != TIDE_ROUTE_API_NONE && code / 100 == 2)
                 tide_route_note(&r->placer, f->replica, f->rq.chain, f->rq.n_chain);
@@ -614,20 +607,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     fwd *f = cls;
     pthread_mutex_lock(&f->r->mu);
-    ssize_t n;
-    if (f->off < f->buf.len) {
-        size_t k = f->buf.len - f->off < max ? f->buf.len - f->off : max;
-        memcpy(out, f->buf.s + f->off, k);
-        f->off += k;
-        if (f->off == f->buf.len) tide_sb_reset(&f->buf), f->off = 0;
-        n = (ssize_t)k;
-    } else if (f->finished) {
-        n = MHD_CONTENT_READER_END_OF_STREAM;
-    } else {
-        f->suspended = 1;
-        MHD_suspend_connection(f->conn);
-        n = 0;
-    }
+    tide_http_pipe p = {&f->buf, &f->off, &f->finished, &f->suspended, f->conn};
+    ssize_t n = tide_http_pipe_read(&p, out, max);
     pthread_mutex_unlock(&f->r->mu);
     return n;
 }
@@ -816,16 +797,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cx) {
         cx = calloc(1, sizeof *cx);
         if (!cx) return MHD_NO;
-        tide_sb_init(&cx->body);
+        tide_http_body_begin(c, &cx->body, &cx->too_big, (size_t)r->cfg.max_body);
         *con_cls = cx;
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > (unsigned long long)r->cfg.max_body) cx->too_big = 1;
         return MHD_YES;
     }
     if (*data_size) {
-        if (!cx->too_big && cx->body.len + *data_size > (size_t)r->cfg.max_body) cx->too_big = 1, tide_sb_free(&cx->body);
-        if (!cx->too_big) tide_sb_addn(&cx->body, data, *data_size);
-        if (cx->body.oom) cx->too_big = 1, tide_sb_free(&cx->body);
+        tide_http_body_add(&cx->body, &cx->too_big, (size_t)r->cfg.max_body, data, *data_size);
         *data_size = 0;
         return MHD_YES;
     }
@@ -890,12 +867,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    tide_log(TIDE_LOG_DEBUG, "route: http: %s", msg);
-}
 
 int tide_router_start(const tide_route_config *cfg, tide_router **out, tide_status *st) {
     *out = NULL;
@@ -922,7 +893,7 @@ int tide_router_start(const tide_route_config *cfg, tide_router **out, tide_stat
     }
     r->mhd = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
                               (uint16_t)cfg->port, NULL, NULL, on_request, r, MHD_OPTION_SOCK_ADDR, &sa,
-                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, r, MHD_OPTION_NOTIFY_COMPLETED, on_completed, r,
+                              MHD_OPTION_EXTERNAL_LOGGER, tide_http_log, "route", MHD_OPTION_NOTIFY_COMPLETED, on_completed, r,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
     if (!r->mhd) {
         tide_router_stop(r);
