@@ -29,6 +29,7 @@ cleanup() {
 trap cleanup EXIT
 [ -n "${TIDE_KEEP:-}" ] && trap "echo kept \$work" EXIT
 fail=0
+phase() { echo "sh_route: ${SECONDS} s: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 
 # ---- 1. the command line ----
@@ -49,6 +50,7 @@ check_cfg '{"placment": {}}' 'unknown field "placment"'
 check_cfg '{"health": {"interval_ms": 0}}' 'interval_ms.*out of range'
 check_cfg '{"replicas": [' 'line 1'
 
+phase "bench route"
 # ---- 2. tide bench route on the traces ----
 for t in mooncake_synth.jsonl azure_synth.csv; do
   out=$(timeout 120 "$tide" bench route --trace "$data/$t" 2>&1) || { bad "bench route $t: $out"; continue; }
@@ -69,6 +71,7 @@ printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n20
 out=$("$tide" bench route --trace "$work/bad.csv" 2>&1) && bad "a bad Azure trace accepted"
 grep -q 'line 3.*TIMESTAMP' <<<"$out" || bad "bad Azure trace: message lacks the line: $out"
 
+phase "the pool"
 # ---- 3. the pool ----
 if [ ! -d "$npm/node_modules/openai" ] || [ ! -d "$npm/node_modules/@anthropic-ai/sdk" ]; then
   msg="$npm/node_modules lacks openai or @anthropic-ai/sdk; run scripts/oracle-deps.sh"
@@ -78,26 +81,35 @@ fi
 command -v node >/dev/null || { echo "FAIL: node is missing"; exit 1; }
 "$tide" synth --shape tiny -o "$work/tiny" >/dev/null 2>&1 || { echo "FAIL: synth"; exit 1; }
 mkdir -p "$work/store"
-source "$src/tests/serve_start.sh"
-start() { # NAME ARGS...: a tide serve; sets port_NAME and pid_NAME
+# the five servers start at once (loading the tiny model takes most of it)
+launch() { # NAME ARGS...: a tide serve in the background; pid_NAME
   local name=$1
   shift
   mkdir -p "$work/$name"
-  serve_start "$tide" "$work/$name" --model "$work/tiny" --api-key test-key --threads 1 --http-threads 1 "$@" || exit 1
-  pids+=("$pid")
-  eval "port_$name=$port pid_$name=$pid"
+  "$tide" serve --model "$work/tiny" --api-key test-key --threads 1 --http-threads 1 "$@" --port 0 \
+    >"$work/$name/serve.out" 2>"$work/$name/serve.err" &
+  pids+=("$!")
+  eval "pid_$name=$!"
 }
 kv=(--kv-store "$work/store" --kv-nodes 1 --kv-host-mib 1)
-start single
-start p1 "${kv[@]}"
-start p2 "${kv[@]}"
-start d1 "${kv[@]}"
-start d2 "${kv[@]}"
+launch single
+for n in p1 p2 d1 d2; do launch $n "${kv[@]}"; done
+for n in single p1 p2 d1 d2; do
+  port=
+  for _ in $(seq 600); do
+    port=$(sed -n 's/^tide serve: listening on http:.*:\([0-9][0-9]*\)$/\1/p' "$work/$n/serve.out")
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  [ -n "$port" ] || { echo "FAIL: tide serve $n did not start"; cat "$work/$n/serve.err"; exit 1; }
+  eval "port_$n=$port"
+done
+phase "servers up"
 cat >"$work/route.json" <<EOF
 {"replicas": [
   {"url": "http://127.0.0.1:$port_p1", "role": "prefill"}, {"url": "http://127.0.0.1:$port_p2", "role": "prefill"},
   {"url": "http://127.0.0.1:$port_d1", "role": "decode"}, {"url": "http://127.0.0.1:$port_d2", "role": "decode"}],
- "health": {"interval_ms": 200, "timeout_ms": 2000, "fail_threshold": 2}, "retries": 3}
+ "health": {"interval_ms": 1000, "timeout_ms": 2000, "fail_threshold": 2}, "retries": 3}
 EOF
 "$tide" route --config "$work/route.json" --port 0 >"$work/route.out" 2>"$work/route.err" &
 rpid=$!
@@ -119,6 +131,7 @@ done
 [ "$up" -eq 4 ] || bad "not all 4 replicas up: $(curl -s "$R/router/replicas")"
 metric() { curl -s "$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
 
+phase "router up"
 # ---- 4. disaggregation: the decode side computes only the bounded replay ----
 ids=$(awk 'BEGIN { srand(7); for (i = 0; i < 300; i++) printf "%s%d", i ? "," : "", 1000 + int(rand() * 20000) }')
 declare -A before
@@ -149,6 +162,7 @@ done
 [ -n "$served" ] || bad "no decode replica fetched pages from the store: $(curl -s "$R/router/replicas")"
 [ "$(metric "$R" tide_route_disaggregated_total)" -ge 1 ] || bad "router: tide_route_disaggregated_total is 0"
 
+phase "disaggregation done"
 # ---- 3. (cont.) the clients, then a decode replica killed mid-run ----
 timeout 300 node "$npm/route_clients.mjs" "$R" "http://127.0.0.1:$port_single" test-key "$pid_d1" || fail=1
 for _ in $(seq 50); do
@@ -158,7 +172,11 @@ done
 grep -q "\"url\":\"http://127.0.0.1:$port_d1\",\"role\":\"decode\",\"up\":false" <<<"$(curl -s "$R/router/replicas")" ||
   bad "the killed replica is not out: $(curl -s "$R/router/replicas")"
 grep -q "http://127.0.0.1:$port_d1 (decode) is out" "$work/route.err" || bad "no 'is out' line for the killed replica"
+retries=$(metric "$R" tide_route_retries_total)
+echo "router after the kill: $retries retries"
+[ "${retries:-0}" -ge 1 ] || bad "the kill cost no retry: the test did not catch a request on the dead replica"
 
+phase "clients done"
 # ---- 5. leave and join at run time ----
 out=$(curl -s -X DELETE "$R/router/replicas" -d "{\"url\": \"http://127.0.0.1:$port_d1\"}")
 grep -q "$port_d1" <<<"$out" && bad "left replica still listed: $out"
@@ -176,6 +194,7 @@ out=$(curl -s "$R/v1/chat/completions" -H 'x-api-key: test-key' -H 'Content-Type
   -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}')
 grep -q '"completion_tokens":3' <<<"$out" || bad "request after d2 died: $out"
 
+phase "join/leave done"
 kill -TERM "$rpid"
 rc=0
 timeout 30 tail --pid="$rpid" -f /dev/null || bad "tide route: no exit within 30 s of SIGTERM"

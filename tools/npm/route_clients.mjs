@@ -119,8 +119,8 @@ await check('errors pass through in each API\'s shape: 400, 401, 404', async () 
 });
 
 await check('a decode replica killed mid-run: no request that had not started streaming is lost', async () => {
-  const N = 16, prompts = Array.from({ length: N }, (_, i) => `Count to ${i + 3}, slowly.`);
-  const body = (i) => ({ model: 'tiny', messages: [{ role: 'user', content: prompts[i] }], max_tokens: 40, temperature: 0 });
+  const N = 12, prompts = Array.from({ length: N }, (_, i) => `Count to ${i + 3}, slowly.`);
+  const body = (i) => ({ model: 'tiny', messages: [{ role: 'user', content: prompts[i] }], max_tokens: 24, temperature: 0 });
   const want = await Promise.all(prompts.map((_, i) => S.openai.chat.completions.create(body(i)).then(chatText)));
   const t0 = Date.now();
   let tKill = null;
@@ -162,7 +162,7 @@ await check('a decode replica killed mid-run: no request that had not started st
       assert.equal(r.text, want[i], `request ${i}: text differs from the single server's`);
     }
   }
-  assert.ok(late >= 4, `${late} requests started after the kill (want several)`);
+  assert.ok(late >= 3, `${late} requests started after the kill (want several)`);
   console.log(`     kill at +${tKill - t0} ms: ${late} requests not yet streaming (all complete), ${broken} streams broken`);
 });
 
