@@ -41,7 +41,7 @@ static void fuzz_config(const char *s, size_t n) {
     tide_route_placer p;
     if (tide_route_placer_init(&p, &c.policy, &st) != 0) abort();
     uint64_t chain[2] = {1, 2};
-    int r = tide_route_place_prefill(&p, v, c.n_replicas, TIDE_ROLE_PREFILL, 0, 70000, chain, 2, NULL);
+    int r = tide_route_place_prefill(&p, v, c.n_replicas, TIDE_ROLE_PREFILL, 0, 70000, chain, NULL, 2, NULL);
     if (r >= c.n_replicas || (r >= 0 && v[r].role != TIDE_ROLE_PREFILL)) abort();
     r = tide_route_place_decode(&p, v, c.n_replicas, TIDE_ROLE_DECODE);
     if (r >= c.n_replicas || (r >= 0 && v[r].role != TIDE_ROLE_DECODE)) abort();

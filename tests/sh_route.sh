@@ -164,7 +164,7 @@ done
 
 phase "disaggregation done"
 # ---- 3. (cont.) the clients, then a decode replica killed mid-run ----
-timeout 300 node "$npm/route_clients.mjs" "$R" "http://127.0.0.1:$port_single" test-key "$pid_d1" || fail=1
+timeout 600 node "$npm/route_clients.mjs" "$R" "http://127.0.0.1:$port_single" test-key "$pid_d1" || fail=1
 for _ in $(seq 50); do
   grep -q "\"url\":\"http://127.0.0.1:$port_d1\",\"role\":\"decode\",\"up\":false" <<<"$(curl -s "$R/router/replicas")" && break
   sleep 0.1

@@ -109,7 +109,7 @@ static void test_buckets(void **state) {
     for (int b = 0; b < 4; b++) {
         int seen[10] = {0};
         for (int k = 0; k < 40; k++) {
-            int r = tide_route_place_prefill(&p, v, 14, TIDE_ROLE_PREFILL, 0, lens[b], NULL, 0, NULL);
+            int r = tide_route_place_prefill(&p, v, 14, TIDE_ROLE_PREFILL, 0, lens[b], NULL, NULL, 0, NULL);
             int pos = -1;
             for (int j = 0; j < 10; j++)
                 if (pre[j] == r) pos = j;
@@ -120,18 +120,18 @@ static void test_buckets(void **state) {
     }
     /* the long bucket's only replica down: the whole role takes its requests */
     v[pre[9]].up = 0;
-    int r = tide_route_place_prefill(&p, v, 14, TIDE_ROLE_PREFILL, 0, 300000, NULL, 0, NULL);
+    int r = tide_route_place_prefill(&p, v, 14, TIDE_ROLE_PREFILL, 0, 300000, NULL, NULL, 0, NULL);
     assert_true(r >= 0 && r != pre[9] && v[r].role == TIDE_ROLE_PREFILL);
     /* the short bucket overloaded next to the rest: it spills */
     for (int j = 0; j < 4; j++) v[pre[j]].prompt_tokens = 1e6;
-    r = tide_route_place_prefill(&p, v, 14, TIDE_ROLE_PREFILL, 0, 100, NULL, 0, NULL);
+    r = tide_route_place_prefill(&p, v, 14, TIDE_ROLE_PREFILL, 0, 100, NULL, NULL, 0, NULL);
     int pos = -1;
     for (int j = 0; j < 10; j++)
         if (pre[j] == r) pos = j;
     assert_true(pos >= 4);
     /* no replica of the role up */
     for (int i = 0; i < 14; i++) v[i].up = v[i].role != TIDE_ROLE_PREFILL;
-    assert_int_equal(tide_route_place_prefill(&p, v, 14, TIDE_ROLE_PREFILL, 0, 100, NULL, 0, NULL), -1);
+    assert_int_equal(tide_route_place_prefill(&p, v, 14, TIDE_ROLE_PREFILL, 0, 100, NULL, NULL, 0, NULL), -1);
     assert_int_equal(tide_route_place_decode(&p, v, 14, TIDE_ROLE_MIXED), -1);
     tide_route_placer_free(&p);
 }
@@ -189,21 +189,23 @@ static void test_affinity(void **state) {
         int holder = (int)(tu_next(&g) % (uint64_t)n);
         int held = 1 + (int)(tu_next(&g) % (uint64_t)n_chain);
         tide_route_note(&p, holder, chain, held);
-        int64_t prompt = 1000 + (int64_t)(tu_next(&g) % 60000);
+        int64_t prompt = 1000 + (int64_t)(tu_next(&g) % 60000), upto[12], u = 0;
+        for (int i = 0; i < n_chain; i++) upto[i] = u += 1 + (int64_t)(tu_next(&g) % (uint64_t)(prompt / 6));
         int want = -1;
         double best = 0;
         for (int i = 0; i < n; i++) {
-            double miss = (double)prompt * (double)(n_chain - (i == holder ? held : 0)) / n_chain;
+            double miss = (double)prompt - (i == holder ? (double)upto[held - 1] : 0);
+            if (miss < 0) miss = 0;
             double c = pol.w_prompt * (v[i].prompt_tokens + miss);
             if (want < 0 || c < best) want = i, best = c;
         }
         int hit = -1;
-        int got = tide_route_place_prefill(&p, v, n, TIDE_ROLE_PREFILL, 0, prompt, chain, n_chain, &hit);
+        int got = tide_route_place_prefill(&p, v, n, TIDE_ROLE_PREFILL, 0, prompt, chain, upto, n_chain, &hit);
         assert_int_equal(got, want);
         assert_int_equal(hit, got == holder ? held : 0);
         /* the holder leaves: its prefixes are forgotten */
         tide_route_forget(&p, holder);
-        got = tide_route_place_prefill(&p, v, n, TIDE_ROLE_PREFILL, 0, prompt, chain, n_chain, &hit);
+        got = tide_route_place_prefill(&p, v, n, TIDE_ROLE_PREFILL, 0, prompt, chain, upto, n_chain, &hit);
         assert_int_equal(hit, 0);
         tide_route_placer_free(&p);
     }
@@ -215,7 +217,7 @@ static void test_affinity(void **state) {
     tide_route_view v[3] = {view(TIDE_ROLE_PREFILL, 1, 1e9, 0, 0), view(TIDE_ROLE_PREFILL, 1, 0, 0, 0),
                             view(TIDE_ROLE_PREFILL, 1, 0, 0, 0)};
     for (int k = 0; k < 9; k++)
-        assert_int_equal(tide_route_place_prefill(&p, v, 3, TIDE_ROLE_PREFILL, 0, 5, NULL, 0, NULL), k % 3);
+        assert_int_equal(tide_route_place_prefill(&p, v, 3, TIDE_ROLE_PREFILL, 0, 5, NULL, NULL, 0, NULL), k % 3);
     tide_route_placer_free(&p);
 }
 
@@ -231,14 +233,19 @@ static void test_request_chain(void **state) {
     assert_int_equal(tide_route_req_read(TIDE_ROUTE_API_CHAT, t2, strlen(t2), &b), 0);
     assert_int_equal(a.stream, 1);
     assert_int_equal(b.stream, 0);
-    assert_int_equal(a.n_chain, 3); /* preamble + 2 messages */
-    assert_int_equal(b.n_chain, 5);
-    for (int i = 0; i < 3; i++) assert_true(a.chain[i] == b.chain[i]); /* key order does not matter */
+    assert_int_equal(a.n_chain, 2); /* 2 messages; no preamble (system, tools): no unit for it */
+    assert_int_equal(b.n_chain, 4);
+    for (int i = 0; i < 2; i++) assert_true(a.chain[i] == b.chain[i]); /* key order does not matter */
+    assert_true(a.upto[0] > 0 && a.upto[1] > a.upto[0] && a.upto[1] <= a.prompt_tokens);
     /* another system prompt: nothing shared */
     const char *t3 = "{\"messages\": [{\"role\": \"system\", \"content\": \"T\"}, {\"role\": \"user\", \"content\": \"hello\"}]}";
     tide_route_req c;
     assert_int_equal(tide_route_req_read(TIDE_ROUTE_API_CHAT, t3, strlen(t3), &c), 0);
-    assert_true(c.chain[1] != a.chain[1]);
+    assert_true(c.chain[0] != a.chain[0] && c.chain[1] != a.chain[1]);
+    /* a preamble is a unit of its own, first */
+    const char *t4 = "{\"system\": \"S\", \"messages\": [{\"role\": \"user\", \"content\": \"hello\"}]}";
+    assert_int_equal(tide_route_req_read(TIDE_ROUTE_API_MESSAGES, t4, strlen(t4), &c), 0);
+    assert_int_equal(c.n_chain, 2);
     /* a Completions prompt of token ids: its count, 128-id units */
     char body[8192] = "{\"prompt\": [";
     for (int i = 0; i < 300; i++) snprintf(body + strlen(body), sizeof body - strlen(body), "%s%d", i ? "," : "", i);
@@ -246,7 +253,8 @@ static void test_request_chain(void **state) {
     tide_route_req d;
     assert_int_equal(tide_route_req_read(TIDE_ROUTE_API_COMPLETIONS, body, strlen(body), &d), 0);
     assert_int_equal(d.prompt_tokens, 300);
-    assert_int_equal(d.n_chain, 4);
+    assert_int_equal(d.n_chain, 3);
+    assert_true(d.upto[0] == 128 && d.upto[1] == 256 && d.upto[2] == 300);
     assert_int_equal(tide_route_req_read(TIDE_ROUTE_API_CHAT, "nope", 4, &d), -1);
     assert_int_equal(d.prompt_tokens, 1);
     /* the prefill leg's body: one token, not streamed */

@@ -120,10 +120,12 @@ double tide_route_load(const tide_route_policy *pol, const tide_route_view *v);
  * disaggregation) that are up, those of the prompt's bucket (all of them
  * when none of its share is up or it is overloaded), then the one of least
  * load + cost of the prompt's tokens it does not hold (route_place.c).
+ * upto[i] (NULL: proportional to i) = the prompt tokens units 0..i cover.
  * *hit_units (may be NULL) = the prefix units the chosen replica is
  * expected to hold. -1 when no replica of that role is up. */
 int tide_route_place_prefill(tide_route_placer *p, const tide_route_view *v, int n, tide_route_role want, double now,
-                             int64_t prompt_tokens, const uint64_t *chain, int n_chain, int *hit_units);
+                             int64_t prompt_tokens, const uint64_t *chain, const int64_t *upto, int n_chain,
+                             int *hit_units);
 /* Where to decode: the decode (or, with want = mixed, mixed) replica of least load. */
 int tide_route_place_decode(tide_route_placer *p, const tide_route_view *v, int n, tide_route_role want);
 /* Records that `replica` now holds the prefix units of `chain`. */

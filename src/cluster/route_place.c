@@ -104,6 +104,12 @@ static int least_loaded(tide_route_placer *p, const tide_route_view *v, const in
     return best;
 }
 
+/* The prompt tokens a replica holding `held` units of the chain lacks. */
+static double missing(int64_t prompt_tokens, const int64_t *upto, int n_chain, int held) {
+    double have = !held ? 0 : upto ? (double)upto[held - 1] : (double)prompt_tokens * held / n_chain;
+    return have < (double)prompt_tokens ? (double)prompt_tokens - have : 0;
+}
+
 /* The decayed prompt tokens sent to replica r, as of now. */
 static double recent(tide_route_placer *p, int r, double now) {
     if (p->pol.prefill_memory_s <= 0) return 0;
@@ -115,7 +121,8 @@ static double recent(tide_route_placer *p, int r, double now) {
 }
 
 int tide_route_place_prefill(tide_route_placer *p, const tide_route_view *v, int n, tide_route_role want, double now,
-                             int64_t prompt_tokens, const uint64_t *chain, int n_chain, int *hit_units) {
+                             int64_t prompt_tokens, const uint64_t *chain, const int64_t *upto, int n_chain,
+                             int *hit_units) {
     if (hit_units) *hit_units = 0;
     int role[TIDE_ROUTE_MAX_REPLICAS], m = 0;
     for (int r = 0; r < n && m < TIDE_ROUTE_MAX_REPLICAS; r++)
@@ -166,13 +173,11 @@ int tide_route_place_prefill(tide_route_placer *p, const tide_route_view *v, int
     uint64_t start = p->rr[b]++;
     for (int j = 0; j < k; j++) {
         int r = cand[(size_t)((start + (uint64_t)j) % (uint64_t)k)];
-        double miss = n_chain > 0 ? (double)prompt_tokens * (double)(n_chain - held[r]) / n_chain
-                                  : (double)prompt_tokens;
+        double miss = missing(prompt_tokens, upto, n_chain, held[r]);
         double cost = tide_route_load(&p->pol, &v[r]) + p->pol.w_prompt * (miss + recent(p, r, now));
         if (best < 0 || cost < best_cost) best = r, best_cost = cost;
     }
-    p->recent[best] += n_chain > 0 ? (double)prompt_tokens * (double)(n_chain - held[best]) / n_chain
-                                   : (double)prompt_tokens;
+    p->recent[best] += missing(prompt_tokens, upto, n_chain, held[best]);
     if (held[best]) p->hits++;
     if (hit_units) *hit_units = held[best];
     return best;

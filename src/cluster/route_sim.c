@@ -205,7 +205,7 @@ int tide_sim_run(const tide_trace *t, const tide_sim_config *c, tide_sim_result 
                                      .up = 1,
                                      .prompt_tokens = backlog / c->prefill_s_per_token};
         }
-        int k = tide_route_place_prefill(&pl, v, N, TIDE_ROLE_PREFILL, q->t, q->in_len, chain, q->n_hash, NULL);
+        int k = tide_route_place_prefill(&pl, v, N, TIDE_ROLE_PREFILL, q->t, q->in_len, chain, NULL, q->n_hash, NULL);
         int hit = 0;
         while (hit < q->n_hash && lru_has(&caches[k], chain[hit])) hit++;
         int64_t hit_tokens = (int64_t)hit * t->block_tokens;

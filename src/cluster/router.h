@@ -36,6 +36,7 @@ typedef struct tide_route_req {
     int stream;
     int64_t prompt_tokens; /* estimate */
     uint64_t chain[TIDE_ROUTE_MAX_CHAIN];
+    int64_t upto[TIDE_ROUTE_MAX_CHAIN]; /* prompt tokens (estimated) covered by units 0..i */
     int n_chain;
 } tide_route_req;
 

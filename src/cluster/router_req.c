@@ -23,11 +23,20 @@
 
 #include "cluster/router.h"
 
-static uint64_t chain_json(uint64_t prev, json_t *v) {
+/* Appends a unit: its hash chained on the previous one, and the prompt
+ * tokens covered so far (its canonical JSON's bytes / 4, as the body's). */
+static void add_unit(tide_route_req *q, const void *bytes, size_t len) {
+    if (q->n_chain == TIDE_ROUTE_MAX_CHAIN) return;
+    uint64_t prev = q->n_chain ? q->chain[q->n_chain - 1] : 0;
+    int64_t before = q->n_chain ? q->upto[q->n_chain - 1] : 0;
+    q->chain[q->n_chain] = tide_route_chain(prev, bytes, len);
+    q->upto[q->n_chain++] = before + (int64_t)(len / 4);
+}
+
+static void add_json(tide_route_req *q, json_t *v) {
     char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-    uint64_t h = tide_route_chain(prev, s ? s : "", s ? strlen(s) : 0);
+    add_unit(q, s ? s : "", s ? strlen(s) : 0);
     free(s);
-    return h;
 }
 
 tide_route_api tide_route_api_of_path(const char *path) {
@@ -53,31 +62,24 @@ int tide_route_req_read(tide_route_api api, const char *body, size_t len, tide_r
         json_t *v = json_object_get(root, *k);
         if (v) json_object_set(pre, *k, v);
     }
-    uint64_t h = chain_json(0, pre);
+    if (json_object_size(pre)) add_json(out, pre); /* no preamble: no unit (it would match every request) */
     json_decref(pre);
-    out->chain[out->n_chain++] = h;
     json_t *items = NULL;
     if (api == TIDE_ROUTE_API_CHAT || api == TIDE_ROUTE_API_MESSAGES) items = json_object_get(root, "messages");
     else if (api == TIDE_ROUTE_API_RESPONSES) items = json_object_get(root, "input");
     if (json_is_array(items)) {
         size_t i;
         json_t *m;
-        json_array_foreach(items, i, m) {
-            if (out->n_chain == TIDE_ROUTE_MAX_CHAIN) break;
-            h = chain_json(h, m);
-            out->chain[out->n_chain++] = h;
-        }
+        json_array_foreach(items, i, m) add_json(out, m);
     } else if (json_is_string(items)) {
-        out->chain[out->n_chain++] = chain_json(h, items);
+        add_json(out, items);
     }
     json_t *prompt = json_object_get(root, "prompt");
     if (api == TIDE_ROUTE_API_COMPLETIONS && json_is_string(prompt)) {
         const char *s = json_string_value(prompt);
         size_t n = json_string_length(prompt);
-        for (size_t off = 0; off < n && out->n_chain < TIDE_ROUTE_MAX_CHAIN; off += 512) {
-            h = tide_route_chain(h, s + off, n - off < 512 ? n - off : 512);
-            out->chain[out->n_chain++] = h;
-        }
+        for (size_t off = 0; off < n && out->n_chain < TIDE_ROUTE_MAX_CHAIN; off += 512)
+            add_unit(out, s + off, n - off < 512 ? n - off : 512);
     } else if (api == TIDE_ROUTE_API_COMPLETIONS && json_is_array(prompt)) {
         size_t n = json_array_size(prompt);
         out->prompt_tokens = (int64_t)n;
@@ -85,8 +87,8 @@ int tide_route_req_read(tide_route_api api, const char *body, size_t len, tide_r
         for (size_t off = 0; off < n && out->n_chain < TIDE_ROUTE_MAX_CHAIN; off += 128) {
             size_t k = 0;
             for (; k < 128 && off + k < n; k++) ids[k] = json_integer_value(json_array_get(prompt, off + k));
-            h = tide_route_chain(h, ids, k * sizeof ids[0]);
-            out->chain[out->n_chain++] = h;
+            add_unit(out, ids, k * sizeof ids[0]);
+            out->upto[out->n_chain - 1] = (int64_t)(off + k); /* token ids: exact */
         }
     }
     json_decref(root);
