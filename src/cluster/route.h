@@ -130,7 +130,7 @@ int tide_route_place_prefill(tide_route_placer *p, const tide_route_view *v, int
 int tide_route_place_decode(tide_route_placer *p, const tide_route_view *v, int n, tide_route_role want);
 /* Records that `replica` now holds the prefix units of `chain`. */
 void tide_route_note(tide_route_placer *p, int replica, const uint64_t *chain, int n_chain);
-/* Forgets every prefix of a replica (it left or restarted). */
+/* Forgets every prefix of a replica, and what was sent to it (it left or restarted). */
 void tide_route_forget(tide_route_placer *p, int replica);
 
 /* Chains a unit's bytes onto the previous hash (0 for the first unit). */

@@ -86,6 +86,7 @@ void tide_route_note(tide_route_placer *p, int replica, const uint64_t *chain, i
 void tide_route_forget(tide_route_placer *p, int replica) {
     for (int s = 0; s < p->pol.prefix_slots; s++)
         if (p->owner[s] == replica + 1) p->owner[s] = 0, p->keys[s] = 0;
+    if (replica >= 0 && replica < TIDE_ROUTE_MAX_REPLICAS) p->recent[replica] = 0;
 }
 
 /* The least loaded of cand[0..k), scanning from a rotating start so that
