@@ -94,13 +94,17 @@ launch() { # NAME ARGS...: a tide serve in the background; pid_NAME
 kv=(--kv-store "$work/store" --kv-nodes 1 --kv-host-mib 1)
 launch single
 for n in p1 p2 d1 d2; do launch $n "${kv[@]}"; done
-for n in single p1 p2 d1 d2; do
-  port=
+listening() { # COMMAND OUT_FILE: the port of its "listening" line (60 s at most)
+  local port=
   for _ in $(seq 600); do
-    port=$(sed -n 's/^tide serve: listening on http:.*:\([0-9][0-9]*\)$/\1/p' "$work/$n/serve.out")
+    port=$(sed -n "s/^tide $1: listening on http:.*:\\([0-9][0-9]*\\)\$/\\1/p" "$2")
     [ -n "$port" ] && break
     sleep 0.1
   done
+  echo "$port"
+}
+for n in single p1 p2 d1 d2; do
+  port=$(listening serve "$work/$n/serve.out")
   [ -n "$port" ] || { echo "FAIL: tide serve $n did not start"; cat "$work/$n/serve.err"; exit 1; }
   eval "port_$n=$port"
 done
@@ -114,12 +118,7 @@ EOF
 "$tide" route --config "$work/route.json" --port 0 >"$work/route.out" 2>"$work/route.err" &
 rpid=$!
 pids+=("$rpid")
-rport=
-for _ in $(seq 100); do
-  rport=$(sed -n 's/^tide route: listening on http:.*:\([0-9][0-9]*\)$/\1/p' "$work/route.out")
-  [ -n "$rport" ] && break
-  sleep 0.1
-done
+rport=$(listening route "$work/route.out")
 [ -n "$rport" ] || { echo "FAIL: tide route did not start"; cat "$work/route.err"; exit 1; }
 R=http://127.0.0.1:$rport
 up=0
