@@ -183,8 +183,8 @@ phase "clients done"
 # ---- 5. leave and join at run time ----
 out=$(curl -s -X DELETE "$R/router/replicas" -d "{\"url\": \"http://127.0.0.1:$port_d1\"}")
 grep -q "$port_d1" <<<"$out" && bad "left replica still listed: $out"
-out=$(curl -s -X POST "$R/router/replicas" -d "{\"url\": \"http://127.0.0.1:$port_single\", \"role\": \"decode\"}")
-grep -q "\"url\":\"http://127.0.0.1:$port_single\",\"role\":\"decode\"" <<<"$out" || bad "join: $out"
+out=$(curl -s -X POST "$R/router/replicas" -d "{\"url\": \"http://127.0.0.1:$port_single\", \"role\": \"mixed\"}")
+grep -q "\"url\":\"http://127.0.0.1:$port_single\",\"role\":\"mixed\"" <<<"$out" || bad "join: $out"
 out=$(curl -s -X POST "$R/router/replicas" -d '{"url": "nope"}')
 grep -q 'must start with http://' <<<"$out" || bad "join of a bad url: $out"
 for _ in $(seq 50); do
@@ -195,7 +195,18 @@ done
 kill -KILL "$pid_d2"
 out=$(curl -s "$R/v1/chat/completions" -H 'x-api-key: test-key' -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}')
-grep -q '"completion_tokens":3' <<<"$out" || bad "request after d2 died: $out"
+grep -q '"completion_tokens":3' <<<"$out" || bad "request after the last decode replica died: $out"
+# no decode replica left: whole requests go to the mixed one
+for _ in $(seq 50); do
+  grep -q "\"url\":\"http://127.0.0.1:$port_d2\",\"role\":\"decode\",\"up\":false" <<<"$(curl -s "$R/router/replicas")" && break
+  sleep 0.1
+done
+before_single=$(metric "http://127.0.0.1:$port_single" tide_generation_tokens_total)
+out=$(curl -s "$R/v1/messages" -H 'x-api-key: test-key' -H 'Content-Type: application/json' \
+  -d '{"max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}')
+grep -q '"type":"message"' <<<"$out" || bad "request with no decode replica: $out"
+[ "$(metric "http://127.0.0.1:$port_single" tide_generation_tokens_total)" -gt "$before_single" ] ||
+  bad "the mixed replica did not answer the request"
 
 phase "join/leave done"
 kill -TERM "$rpid"

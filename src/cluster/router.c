@@ -389,7 +389,14 @@ static int place(tide_router *r, fwd *f) {
     double t = now_s();
     if (f->phase == 0) return tide_route_place_prefill(&r->placer, v, n, TIDE_ROLE_PREFILL, t, f->rq.prompt_tokens,
                                                        f->rq.chain, f->rq.upto, f->rq.n_chain, NULL);
-    if (f->prefill_rep >= 0) return tide_route_place_decode(&r->placer, v, n, TIDE_ROLE_DECODE);
+    if (f->prefill_rep >= 0) { /* the decode leg: decode replicas, else whoever is left */
+        static const tide_route_role order[] = {TIDE_ROLE_DECODE, TIDE_ROLE_MIXED, TIDE_ROLE_PREFILL};
+        for (int i = 0; i < 3; i++) {
+            int k = tide_route_place_decode(&r->placer, v, n, order[i]);
+            if (k >= 0) return k;
+        }
+        return -1;
+    }
     /* whole requests: mixed replicas first, then whatever is up */
     static const tide_route_role order[] = {TIDE_ROLE_MIXED, TIDE_ROLE_DECODE, TIDE_ROLE_PREFILL};
     for (int i = 0; i < 3; i++) {
