@@ -531,13 +531,13 @@ int tide_kvstore_has(tide_kvstore *s, tide_kvs_key key) {
     return r;
 }
 
-/* The page's entry; a page the index lacks (or holds too few shards of) is
- * looked for on disk first: another process sharing the store may have
- * written it since this one opened it (tide route's prefill replicas write
- * what its decode replicas read). Under mu. */
+/* The page's entry; with cfg.scan_misses, a page the index lacks (or holds
+ * too few shards of) is looked for on disk first: another process sharing
+ * the store may have written it since this one opened it (tide route's
+ * prefill replicas write what its decode replicas read). Under mu. */
 static entry *find_or_scan(tide_kvstore *s, tide_kvs_key key) {
     entry *e = find(s, key);
-    if (e && popcount(e->mask) >= s->cfg.k) return e;
+    if (!s->cfg.scan_misses || (e && popcount(e->mask) >= s->cfg.k)) return e;
     char hex[33], name[48];
     tide_kvs_key_hex(key, hex);
     for (int i = 0; i < s->cfg.k + s->cfg.m; i++) {
