@@ -35,6 +35,10 @@ typedef struct tide_kv_tier {
     /* A page the prefix cache does not have: fill pg->data and return 1 if
      * a tier holds it, 0 if not. Called in page order at admission. */
     int (*get)(void *ctx, tide_kv_page *pg);
+    /* Optional (NULL: none): returns once every page put so far is
+     * written, so that another process can read it (tide route's
+     * disaggregated prefill). Not called by the scheduler. */
+    void (*flush)(void *ctx);
 } tide_kv_tier;
 
 #endif
