@@ -485,7 +485,7 @@ static const char *const HANDLED[] = {"type", "enum", "const", "properties", "re
                                       "patternProperties", "items", "prefixItems", "minItems", "maxItems", "anyOf",
                                       "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format",
                                       "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "uniqueItems",
-                                      "$id", NULL};
+                                      "$id", "additionalItems", NULL};
 
 static int is_handled(const char *k) {
     for (int i = 0; HANDLED[i]; i++)
@@ -510,6 +510,19 @@ static int get_num(sc *c, const json_t *s, const char *k, const char *path, int 
     const json_t *v = json_object_get(s, k);
     *has = 0;
     if (!v) return 0;
+    /* draft 4: exclusiveMinimum / exclusiveMaximum are booleans that make
+     * minimum / maximum exclusive */
+    int is_min = !strcmp(k, "minimum"), is_max = !strcmp(k, "maximum");
+    if (is_min || is_max) {
+        const json_t *x = json_object_get(s, is_min ? "exclusiveMinimum" : "exclusiveMaximum");
+        if (json_is_true(x)) return 0; /* read as the exclusive bound */
+    }
+    if (json_is_boolean(v) && (!strcmp(k, "exclusiveMinimum") || !strcmp(k, "exclusiveMaximum"))) {
+        if (json_is_false(v)) return 0;
+        const json_t *b = json_object_get(s, !strcmp(k, "exclusiveMinimum") ? "minimum" : "maximum");
+        if (!b) return 0;
+        v = b;
+    }
     if (!json_is_number(v)) return sc_fail(c, TIDE_ERR_INVALID, path, "\"%s\" must be a number", k);
     *has = 1;
     *out = json_number_value(v);
@@ -783,8 +796,11 @@ static int32_t arrays(sc *c, const json_t *s, const char *path) {
     const json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
     const json_t *uniq = json_object_get(s, "uniqueItems");
     if (json_is_true(uniq)) return sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "keyword \"uniqueItems\": true is not supported");
-    if (json_is_array(items))
-        return sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "\"items\" as an array (draft 2019 and older): use \"prefixItems\"");
+    if (json_is_array(items)) { /* draft 4-2019 tuples: items [...] + additionalItems */
+        if (prefix) return sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "\"items\" as an array together with \"prefixItems\"");
+        prefix = items;
+        items = json_object_get(s, "additionalItems");
+    }
     if (prefix && !json_is_array(prefix)) return sc_fail(c, TIDE_ERR_INVALID, path, "\"prefixItems\" must be an array");
     long long p = prefix ? (long long)json_array_size(prefix) : 0;
     if (p > 1000) return sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "more than 1000 prefixItems");
@@ -845,6 +861,8 @@ static int32_t enum_values(sc *c, const json_t *vals, int types, const char *pat
     return x;
 }
 
+static int merge_into(sc *c, json_t *m, const json_t *s, const char *path);
+
 static int32_t value(sc *c, const json_t *s, const char *path) {
     if (c->err) return -1;
     if (json_is_true(s)) return any_value(c);
@@ -893,10 +911,21 @@ static int32_t value(sc *c, const json_t *s, const char *path) {
             sc_fail(c, TIDE_ERR_INVALID, path, "\"%s\" must be a non-empty array", any ? "anyOf" : "oneOf");
             goto done;
         }
-        json_object_foreach((json_t *)s, k, v) if (!is_annotation(k) && strcmp(k, any ? "anyOf" : "oneOf")) {
-            sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "keyword \"%.64s\" beside \"%s\" is not supported (move it into each branch)", k,
-                    any ? "anyOf" : "oneOf");
-            goto done;
+        int siblings = 0;
+        json_object_foreach((json_t *)s, k, v) siblings |= !is_annotation(k) && strcmp(k, any ? "anyOf" : "oneOf") && strcmp(k, "$id");
+        if (siblings) { /* base keywords beside the branches: merged into each branch */
+            json_t *base = json_object(), *branches = json_array();
+            json_array_append_new(c->keep, base);
+            json_array_append_new(c->keep, branches);
+            json_object_foreach((json_t *)s, k, v) if (strcmp(k, any ? "anyOf" : "oneOf")) json_object_set(base, k, v);
+            for (size_t i = 0; i < json_array_size(list); i++) {
+                json_t *m = json_object();
+                json_array_append_new(branches, m);
+                char sub[1024];
+                snprintf(sub, sizeof sub, "%s/%s/%zu", path, any ? "anyOf" : "oneOf", i);
+                if (merge_into(c, m, base, sub) || merge_into(c, m, json_array_get(list, i), sub)) goto done;
+            }
+            list = branches;
         }
         if (one && tide_schema_branches_disjoint(list) != 1) {
             sc_fail(c, TIDE_ERR_UNSUPPORTED, path,
@@ -986,8 +1015,6 @@ static const json_t *deref(sc *c, const json_t *s, const char *path) {
     }
     return s;
 }
-
-static int merge_into(sc *c, json_t *m, const json_t *s, const char *path);
 
 static int merge_types(json_t *m, const json_t *t) {
     int a = 0, b = 0;
