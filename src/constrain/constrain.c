@@ -558,3 +558,4 @@ int tide_cons_done(const tide_cons *c) {
     return !c->gated && (c->finished || (cm_accepting(&c->m, c->cur) && !cm_open(&c->m, c->cur)));
 }
 int64_t tide_cons_n_accepted(const tide_cons *c) { return c->n_h; }
+int32_t tide_cons_vocab_size_of(const tide_cons *c) { return c->v->n; }

@@ -86,6 +86,8 @@ int tide_cons_complete(const tide_cons *c);
 int tide_cons_done(const tide_cons *c);
 /* Tokens accepted so far. */
 int64_t tide_cons_n_accepted(const tide_cons *c);
+/* The size of the vocabulary the cursor masks. */
+int32_t tide_cons_vocab_size_of(const tide_cons *c);
 
 /* Byte-level checks (tests, tools): whether text is a complete match. */
 int tide_cons_grammar_matches(tide_cons_grammar *g, const char *text, size_t len, tide_status *st);
