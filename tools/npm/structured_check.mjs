@@ -1,0 +1,62 @@
+// Structured outputs, end to end (tests/sh_structured.sh): makes Chat
+// Completions request lines from the corpus (tests/data/structured/
+// corpus.jsonl: JSON Schemas through response_format json_schema, regexes
+// through guided_regex, grammars through guided_grammar), then checks
+// `tide run`'s results with independent validators: ajv (draft 2020-12,
+// ajv-formats) for schemas, JavaScript's RegExp for regexes. Every result
+// must be "stop" with a valid output, or "length" (cut at max_tokens).
+//   node structured_check.mjs make CORPUS N MAX_TOKENS > requests.jsonl
+//   node structured_check.mjs check CORPUS requests.jsonl results.jsonl
+import fs from "node:fs";
+import Ajv2020 from "ajv/dist/2020.js";
+import addFormats from "ajv-formats";
+
+const [mode, corpusPath, a, b] = process.argv.slice(2);
+const corpus = fs.readFileSync(corpusPath, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
+const lines = (p) => fs.readFileSync(p, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
+
+if (mode === "make") {
+  const n = Number(a), maxTokens = Number(b);
+  // alternate between the kinds, each kind's items in turn
+  const byKind = {};
+  corpus.forEach((c, k) => (byKind[c.kind] ||= []).push(k));
+  const order = Object.keys(byKind).sort();
+  for (let i = 0; i < n; i++) {
+    const list = byKind[order[i % order.length]];
+    const c = corpus[list[Math.floor(i / order.length) % list.length]];
+    const req = { id: i, item: corpus.indexOf(c), messages: [{ role: "user", content: `Answer ${i}` }], max_tokens: maxTokens,
+                  temperature: 1, seed: 1000 + i };
+    if (c.kind === "json_schema") req.response_format = { type: "json_schema", json_schema: { name: "out", schema: c.text, strict: true } };
+    else if (c.kind === "regex") req.guided_regex = c.text;
+    else req.guided_grammar = c.text;
+    process.stdout.write(JSON.stringify(req) + "\n");
+  }
+} else if (mode === "check") {
+  const reqs = new Map(lines(a).map((r) => [r.id, r]));
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  addFormats(ajv);
+  let stop = 0, length = 0, bad = 0;
+  const kinds = {};
+  for (const r of lines(b)) {
+    const q = reqs.get(r.id);
+    const c = corpus[q.item];
+    kinds[c.kind] = (kinds[c.kind] || 0) + 1;
+    const fail = (why) => { bad++; console.log(`INVALID id ${r.id} (${c.kind} ${JSON.stringify(c.text).slice(0, 120)}): ${why}: ${JSON.stringify(r.text)}`); };
+    if (r.finish_reason === "length") { length++; continue; }
+    if (r.finish_reason !== "stop") { fail(`finish_reason ${r.finish_reason} ${r.error || ""}`); continue; }
+    stop++;
+    if (c.kind === "json_schema") {
+      let v;
+      try { v = JSON.parse(r.text); } catch (e) { fail("not JSON"); continue; }
+      const validate = ajv.compile(q.response_format.json_schema.schema);
+      if (!validate(v)) fail(ajv.errorsText(validate.errors));
+    } else if (c.kind === "regex") {
+      if (!new RegExp(`^(?:${c.text})$`, "u").test(r.text)) fail("no full match");
+    }
+  }
+  console.log(`structured e2e: ${stop + length + bad} results (${JSON.stringify(kinds)}): ${stop} stop and valid, ` +
+              `${length} cut at max_tokens (finish_reason length), ${bad} invalid`);
+  const expected = reqs.size;
+  if (stop + length + bad !== expected) { console.log(`expected ${expected} results`); process.exit(1); }
+  process.exit(bad ? 1 : 0);
+}
