@@ -141,7 +141,7 @@ int32_t cg_cpset(cg *g, const int32_t *ranges, int32_t n_pairs, int jstr) {
         tide_fail(&g->st, TIDE_ERR_NOMEM, "out of memory compiling a constraint");
         return -1;
     }
-    memcpy(tmp, ranges, (size_t)n_pairs * 2 * sizeof *tmp);
+    if (n_pairs > 0) memcpy(tmp, ranges, (size_t)n_pairs * 2 * sizeof *tmp);
     qsort(tmp, (size_t)n_pairs, 2 * sizeof *tmp, cmp_pair);
     int32_t m = 0;
     for (int32_t i = 0; i < n_pairs; i++) {
