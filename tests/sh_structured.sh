@@ -2,8 +2,10 @@
 # Structured outputs end to end (docs/structured.md): `tide run` with text
 # JSONL requests on the tiny synthetic checkpoint with the stand-in
 # tokenizer, each constrained by a JSON Schema (response_format json_schema)
-# or a regex (guided_regex) from tests/data/structured/corpus.jsonl; the
-# outputs are checked by independent validators (ajv, JavaScript RegExp:
+# a regex (guided_regex) or a GBNF grammar (guided_grammar) from
+# tests/data/structured/corpus.jsonl; the
+# outputs are checked by independent validators (ajv, JavaScript RegExp, for
+# grammars on an equivalent regex:
 # tools/npm/structured_check.mjs): every one is valid, or cut at max_tokens
 # with finish_reason "length". Then an unsupported keyword and a bad regex
 # are refused with messages naming them.
@@ -33,7 +35,7 @@ echo "seed $SEED"
 M="$WORK/m"
 "$TIDE" synth --shape tiny --seed "$SEED" -o "$M" --tokenizer "$TOK" >/dev/null 2>&1 || { echo "FAIL synth"; exit 1; }
 CORPUS=$SRC/tests/data/structured/corpus.jsonl
-N=${TIDE_STRUCTURED_N:-24}
+N=${TIDE_STRUCTURED_N:-30}
 node "$SRC/tools/npm/structured_check.mjs" make "$CORPUS" "$N" 40 >"$WORK/req.jsonl" || { echo "FAIL make"; exit 1; }
 "$TIDE" run --model "$M" --input "$WORK/req.jsonl" --output "$WORK/out.jsonl" --seed "$SEED" 2>"$WORK/err" \
     || { fail "tide run"; tail -5 "$WORK/err"; }

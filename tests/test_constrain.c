@@ -64,6 +64,30 @@ static void test_regex(void **state) {
     }
 }
 
+static void test_gbnf(void **state) {
+    (void)state;
+    static const rx_case cases[] = {
+        {"root ::= \"a\" | \"b\" c\nc ::= [0-9]+", {"a", "b1", "b42"}, {"b", "ab", "c1"}},
+        {"# a comment\nroot ::=\n  \"(\" ( item (\",\" item)* )? \")\"   # trailing\nitem ::= [a-z]{1,3}",
+         {"()", "(a)", "(ab,cde)"}, {"(", "(abcd)", "(a,)"}},
+        {"root ::= list\nlist ::= \"[\" (list | [^\\[\\]])* \"]\"", {"[]", "[[x]y]", "[[[]]]"}, {"[", "[]]", "x"}},
+        {"root ::= \"\\u00e9\\x41\\n\" . [^a-c]", {"\xc3\xa9" "A\nzd", "\xc3\xa9" "A\n\xe2\x82\xac" "z"}, {"\xc3\xa9" "A\nza"}},
+        {"root ::= (\"ab\"){2,3} \"x\"?", {"abab", "abababx"}, {"ab", "abababab"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tide_cons_grammar *g = compile_ok(TIDE_CONS_GBNF, cases[i].re);
+        for (int k = 0; k < 8 && cases[i].yes[k]; k++) {
+            if (matches(g, cases[i].yes[k]) != 1) fprintf(stderr, "%s should match \"%s\"\n", cases[i].re, cases[i].yes[k]);
+            assert_int_equal(matches(g, cases[i].yes[k]), 1);
+        }
+        for (int k = 0; k < 8 && cases[i].no[k]; k++) {
+            if (matches(g, cases[i].no[k]) != 0) fprintf(stderr, "%s should not match \"%s\"\n", cases[i].re, cases[i].no[k]);
+            assert_int_equal(matches(g, cases[i].no[k]), 0);
+        }
+        tide_cons_grammar_unref(g);
+    }
+}
+
 static void expect_error(tide_cons_kind k, const char *text, const char *needle) {
     tide_cons_grammar *g = NULL;
     tide_status st = {0};
@@ -97,6 +121,16 @@ static void test_errors(void **state) {
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"oneOf\": [{\"type\":\"string\"}, {\"minLength\": 2}]}", "oneOf");
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\": 100000}", "limit");
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\": 0.5}", "integers");
+    expect_error(TIDE_CONS_JSON_SCHEMA, "{\"$ref\": \"#\"}", "left recursion");
+    expect_error(TIDE_CONS_GBNF, "root ::= x\nx ::= x \"a\" | \"b\"", "left recursion");
+    expect_error(TIDE_CONS_GBNF, "root ::= y", "\"y\" is used but never defined");
+    expect_error(TIDE_CONS_GBNF, "item ::= \"a\"", "no \"root\"");
+    expect_error(TIDE_CONS_GBNF, "root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule \"root\" is defined twice");
+    expect_error(TIDE_CONS_GBNF, "root ::= (\"a\"", "missing )");
+    expect_error(TIDE_CONS_GBNF, "root ::= \"a", "unterminated literal");
+    expect_error(TIDE_CONS_GBNF, "root ::= [z-a]", "out of order");
+    expect_error(TIDE_CONS_GBNF, "root = \"a\"", "expected ::=");
+    expect_error(TIDE_CONS_GBNF, "root ::= <[12]>", "token references");
     /* nesting past the limit */
     char deep[4096] = {0};
     for (int i = 0; i < 100; i++) strcat(deep, "{\"items\":");
@@ -304,6 +338,7 @@ static void test_mask_brute(void **state) {
                                 "\"b\":{\"type\":\"array\",\"items\":{\"enum\":[\"x\",true,null]},\"maxItems\":4}},"
                                 "\"required\":[\"b\"],\"additionalProperties\":false}"},
         {TIDE_CONS_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\":6}"},
+        {TIDE_CONS_GBNF, "root ::= \"[\" (v (\",\" v)*)? \"]\"\nv ::= root | [0-9]+ | \"true\""},
         {TIDE_CONS_JSON_SCHEMA, "{\"$defs\":{\"t\":{\"anyOf\":[{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/t\"}},{\"type\":\"number\"}]}},"
                                 "\"$ref\":\"#/$defs/t\"}"},
     };
@@ -358,6 +393,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regex),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_gbnf),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_canon),
         cmocka_unit_test(test_mask_brute),

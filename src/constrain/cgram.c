@@ -400,12 +400,83 @@ static int32_t lower(lower_ctx *c, int32_t xi, int32_t from, int depth) {
     return -1;
 }
 
+/* ---- left recursion ------------------------------------------------------ */
+
+/* Whether tree x can match "" (nullable rules in nul[]); when lead is set,
+ * marks in lead[] the rules x can call before consuming a byte. */
+static int nullable(const cg *g, int32_t xi, const uint8_t *nul, uint8_t *lead, int depth) {
+    if (depth > 2000) return 0;
+    const cg_ast *x = &g->ast[xi];
+    switch (x->k) {
+    case CA_EMPTY: return 1;
+    case CA_NONE: case CA_BYTES: case CA_CPSET: return 0;
+    case CA_CALL:
+        if (lead) lead[x->a] = 1;
+        return nul[x->a];
+    case CA_CAT:
+        for (int32_t i = 0; i < x->n; i++)
+            if (!nullable(g, g->kids[x->first + i], nul, lead, depth + 1)) return 0;
+        return 1;
+    case CA_ALT: {
+        int any = 0;
+        for (int32_t i = 0; i < x->n; i++) any |= nullable(g, g->kids[x->first + i], nul, lead, depth + 1);
+        return any;
+    }
+    case CA_REP: return nullable(g, g->kids[x->first], nul, lead, depth + 1) || x->a == 0;
+    }
+    return 0;
+}
+
+/* Refuses a rule that can call itself before consuming a byte: the matcher
+ * would only cut it at its depth limit. */
+static int left_recursion(cg *g, tide_status *st) {
+    int32_t n = g->n_rules;
+    uint8_t *nul = calloc((size_t)n, 1), *lead = calloc((size_t)n * (size_t)n, 1), *seen = calloc((size_t)n, 1);
+    int32_t *stack = malloc((size_t)n * sizeof *stack);
+    int rc = 0;
+    if (!nul || !lead || !seen || !stack) {
+        rc = tide_fail(st, TIDE_ERR_NOMEM, "out of memory compiling a constraint");
+        goto done;
+    }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int32_t r = 0; r < n; r++)
+            if (!nul[r] && g->rules[r].ast >= 0 && nullable(g, g->rules[r].ast, nul, NULL, 0)) nul[r] = changed = 1;
+    }
+    for (int32_t r = 0; r < n; r++)
+        if (g->rules[r].ast >= 0) nullable(g, g->rules[r].ast, nul, lead + (size_t)r * n, 0);
+    for (int32_t r = 0; r < n && rc == 0; r++) { /* can r reach r through lead edges? */
+        memset(seen, 0, (size_t)n);
+        int32_t top = 0;
+        for (int32_t t = 0; t < n; t++)
+            if (lead[(size_t)r * n + t] && !seen[t]) seen[t] = 1, stack[top++] = t;
+        while (top > 0 && !seen[r]) {
+            int32_t u = stack[--top];
+            for (int32_t t = 0; t < n; t++)
+                if (lead[(size_t)u * n + t] && !seen[t]) seen[t] = 1, stack[top++] = t;
+        }
+        if (seen[r])
+            rc = tide_fail(st, TIDE_ERR_UNSUPPORTED,
+                           "rule \"%s\" can reach itself without consuming input (left recursion is not supported)",
+                           g->rules[r].name);
+    }
+done:
+    free(nul), free(lead), free(seen), free(stack);
+    return rc;
+}
+
 int cg_finish(cg *g, tide_status *st) {
     if (g->failed) {
         if (st) *st = g->st;
         return -1;
     }
     if (g->root < 0 || g->root >= g->n_rules) return tide_fail(st, TIDE_ERR_INTERNAL, "constraint: no start rule");
+    for (int32_t r = 0; r < g->n_rules; r++)
+        if (g->rules[r].ast < 0)
+            return tide_fail(st, TIDE_ERR_INVALID, "rule \"%s\" is used but never defined", g->rules[r].name);
+    if (g->n_rules > 4096)
+        return tide_fail(st, TIDE_ERR_UNSUPPORTED, "constraint has %d rules, over the limit of 4096", (int)g->n_rules);
+    if (left_recursion(g, st) != 0) return -1;
     lower_ctx c = {g, NULL, 0};
     for (int32_t r = 0; r < g->n_rules && !g->failed; r++) {
         if (g->rules[r].ast < 0) {

@@ -3,7 +3,8 @@
 // corpus.jsonl: JSON Schemas through response_format json_schema, regexes
 // through guided_regex, grammars through guided_grammar), then checks
 // `tide run`'s results with independent validators: ajv (draft 2020-12,
-// ajv-formats) for schemas, JavaScript's RegExp for regexes. Every result
+// ajv-formats) for schemas, JavaScript's RegExp for regexes and for the
+// grammars (each corpus grammar carries an equivalent regex, "check"). Every result
 // must be "stop" with a valid output, or "length" (cut at max_tokens).
 //   node structured_check.mjs make CORPUS N MAX_TOKENS > requests.jsonl
 //   node structured_check.mjs check CORPUS requests.jsonl results.jsonl
@@ -52,7 +53,9 @@ if (mode === "make") {
       if (!validate(v)) fail(ajv.errorsText(validate.errors));
     } else if (c.kind === "regex") {
       if (!new RegExp(`^(?:${c.text})$`, "u").test(r.text)) fail("no full match");
-    }
+    } else if (c.check) { // a grammar with an equivalent regex
+      if (!new RegExp(`^(?:${c.check})$`, "u").test(r.text)) fail("no full match of the equivalent regex");
+    } else fail("a grammar without a check regex in the corpus");
   }
   console.log(`structured e2e: ${stop + length + bad} results (${JSON.stringify(kinds)}): ${stop} stop and valid, ` +
               `${length} cut at max_tokens (finish_reason length), ${bad} invalid`);
