@@ -322,9 +322,10 @@ int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *i
     const tide_req_model rm = {e->vocab, (int32_t)e->m->cfg.image_token_id, e->m->cfg.text.max_position_embeddings,
                                e->gen.eos, e->gen.n_eos};
     if (r && r->constraint && tide_cons_vocab_size_of(r->constraint) != e->vocab) {
+        int n = (int)tide_cons_vocab_size_of(r->constraint);
         tide_cons_free(r->constraint);
-        return tide_fail(st, TIDE_ERR_INVALID, "request: the constraint's vocabulary has %d tokens, the model %lld",
-                         (int)tide_cons_vocab_size_of(r->constraint), (long long)e->vocab);
+        return tide_fail(st, TIDE_ERR_INVALID, "request: the constraint's vocabulary has %d tokens, the model %lld", n,
+                         (long long)e->vocab);
     }
     if (tide_req_create(r, &rm, seed, &q, st) != 0) {
         if (r) tide_cons_free(r->constraint);
