@@ -35,8 +35,8 @@ echo "seed $SEED"
 M="$WORK/m"
 "$TIDE" synth --shape tiny --seed "$SEED" -o "$M" --tokenizer "$TOK" >/dev/null 2>&1 || { echo "FAIL synth"; exit 1; }
 CORPUS=$SRC/tests/data/structured/corpus.jsonl
-N=${TIDE_STRUCTURED_N:-30}
-node "$SRC/tools/npm/structured_check.mjs" make "$CORPUS" "$N" 40 >"$WORK/req.jsonl" || { echo "FAIL make"; exit 1; }
+N=${TIDE_STRUCTURED_N:-18}
+node "$SRC/tools/npm/structured_check.mjs" make "$CORPUS" "$N" 32 >"$WORK/req.jsonl" || { echo "FAIL make"; exit 1; }
 "$TIDE" run --model "$M" --input "$WORK/req.jsonl" --output "$WORK/out.jsonl" --seed "$SEED" 2>"$WORK/err" \
     || { fail "tide run"; tail -5 "$WORK/err"; }
 node "$SRC/tools/npm/structured_check.mjs" check "$CORPUS" "$WORK/req.jsonl" "$WORK/out.jsonl" \
