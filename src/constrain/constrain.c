@@ -370,6 +370,7 @@ struct tide_cons {
     uint8_t slot_ref[MASK_SLOTS];
     int n_slots, hand;
     int32_t *walk;          /* [max_depth + 1] states along the trie path */
+    const int32_t **rows;   /* [max_depth + 1] their successor rows (NULL: none yet) */
 };
 
 int tide_cons_new(tide_cons_grammar *g, const tide_cons_vocab *v, tide_cons **out, tide_status *st) {
@@ -381,9 +382,11 @@ int tide_cons_new(tide_cons_grammar *g, const tide_cons_vocab *v, tide_cons **ou
     c->gate = -1;
     c->n_words = (v->n + 31) / 32;
     c->walk = malloc(((size_t)v->max_depth + 1) * sizeof *c->walk);
-    if (!c->walk || cm_init(&c->m, &g->g, st) != 0) {
-        if (c->walk) tide_fail(st, TIDE_ERR_NOMEM, "out of memory (constraint)");
+    c->rows = malloc(((size_t)v->max_depth + 1) * sizeof *c->rows);
+    if (!c->walk || !c->rows || cm_init(&c->m, &g->g, st) != 0) {
+        if (c->walk && c->rows) tide_fail(st, TIDE_ERR_NOMEM, "out of memory (constraint)");
         free(c->walk);
+        free(c->rows);
         tide_cons_grammar_unref(c->gr);
         free(c);
         return -1;
@@ -400,6 +403,7 @@ void tide_cons_free(tide_cons *c) {
     free(c->h);
     free(c->masks);
     free(c->walk);
+    free(c->rows);
     free(c);
 }
 
@@ -413,22 +417,36 @@ static int walk(tide_cons *c, int32_t s, uint32_t *mask, tide_status *st) {
     const tide_cons_vocab *v = c->v;
     memset(mask, 0, (size_t)c->n_words * sizeof *mask);
     int32_t *stk = c->walk;
+    const int32_t **rows = c->rows; /* rows[d]: stk[d]'s row, read once per node it is the parent of */
     stk[0] = s;
     cm *m = &c->m;
-    for (int32_t i = 1; i < v->n_nodes;) {
-        int d = v->ndepth[i];
-        int32_t t = cm_step(m, stk[d - 1], v->nbyte[i]);
+    rows[0] = m->sets[s].row;
+    /* the trie's arrays in locals: stores into mask and rows cannot alias them */
+    const uint16_t *ndepth = v->ndepth;
+    const uint8_t *nbyte = v->nbyte;
+    const int32_t *nend = v->nend, *ntok = v->ntok, *nntok = v->nntok, *order = v->order;
+    const int32_t n_nodes = v->n_nodes;
+    for (int32_t i = 1; i < n_nodes;) {
+        int d = ndepth[i];
+        uint8_t b = nbyte[i];
+        const int32_t *row = rows[d - 1];
+        int32_t t = row ? row[b] : CM_UNKNOWN;
+        if (t == CM_UNKNOWN) {
+            t = cm_step_slow(m, stk[d - 1], b);
+            rows[d - 1] = m->sets[stk[d - 1]].row;
+        }
         if (t < 0) {
             if (t == CM_ERROR) {
                 if (st) *st = m->st;
                 return -1;
             }
-            i = v->nend[i];
+            i = nend[i];
             continue;
         }
         stk[d] = t;
-        for (int32_t k = 0; k < v->nntok[i]; k++) {
-            int32_t id = v->order[v->ntok[i] + k];
+        rows[d] = m->sets[t].row;
+        for (int32_t k = 0, nt = nntok[i]; k < nt; k++) {
+            int32_t id = order[ntok[i] + k];
             mask[id >> 5] |= 1u << (id & 31);
         }
         i++;

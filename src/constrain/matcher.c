@@ -202,9 +202,7 @@ int32_t cm_step_slow(cm *m, int32_t s, uint8_t b) {
     const cg *g = m->g;
     int32_t nk = 0;
     int32_t afirst = m->sets[s].afirst, an = m->sets[s].an;
-    /* kernel into a private buffer: interning may grow the pool */
-    int32_t *k = NULL;
-    int32_t cap = 0;
+    /* the kernel in m->kbuf (not the pool: interning may grow the pool) */
     for (int32_t i = 0; i < an; i++) {
         cm_node nd = m->nodes[m->pool[afirst + i]];
         const cg_state *qs = &g->states[nd.q];
@@ -212,26 +210,27 @@ int32_t cm_step_slow(cm *m, int32_t s, uint8_t b) {
             const cg_edge *ed = &g->edges[e];
             if (ed->kind != CE_BYTE || b < ed->lo || b > ed->hi) continue;
             int32_t nn = intern_node(m, ed->to, nd.parent);
-            if (nn < 0) {
-                free(k);
-                return CM_ERROR;
-            }
-            if (grow32((void **)&k, &cap, nk + 1, sizeof *k)) {
-                free(k);
-                return fail_nomem(m);
-            }
-            k[nk++] = nn;
+            if (nn < 0) return CM_ERROR;
+            if (grow32((void **)&m->kbuf, &m->cap_kbuf, nk + 1, sizeof *m->kbuf)) return fail_nomem(m);
+            m->kbuf[nk++] = nn;
         }
     }
     int32_t r = CM_DEAD;
     if (nk > 0) {
-        qsort(k, (size_t)nk, sizeof *k, cmp_i32);
+        int32_t *k = m->kbuf;
+        if (nk <= 16) { /* the usual case: a few stacks */
+            for (int32_t i = 1; i < nk; i++)
+                for (int32_t j = i; j > 0 && k[j - 1] > k[j]; j--) {
+                    int32_t t = k[j];
+                    k[j] = k[j - 1];
+                    k[j - 1] = t;
+                }
+        } else qsort(k, (size_t)nk, sizeof *k, cmp_i32);
         int32_t u = 1;
         for (int32_t i = 1; i < nk; i++)
             if (k[i] != k[u - 1]) k[u++] = k[i];
         r = intern_set(m, k, u);
     }
-    free(k);
     if (r == CM_ERROR) return r;
     m->sets[s].row[b] = r;
     return r;
@@ -272,6 +271,7 @@ void cm_free(cm *m) {
     free(m->sh);
     free(m->pool);
     free(m->work);
+    free(m->kbuf);
     free(m->mark);
     memset(m, 0, sizeof *m);
 }

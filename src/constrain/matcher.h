@@ -44,6 +44,7 @@ typedef struct cm {
     int32_t *pool; int64_t n_pool, cap_pool;
     /* scratch */
     int32_t *work; int32_t cap_work;
+    int32_t *kbuf; int32_t cap_kbuf;  /* a step's kernel */
     uint32_t *mark; uint32_t stamp; int32_t cap_mark;
     int32_t root;                     /* the start set */
     tide_status st;                   /* why the last CM_ERROR */
