@@ -9,6 +9,7 @@
 #include "constrain/constrain.h"
 #include "constrain/schema.h"
 #include "testutil.h"
+#include "cons_testutil.h"
 
 static tide_cons_grammar *compile_ok(tide_cons_kind k, const char *text) {
     tide_cons_grammar *g = NULL;
@@ -28,6 +29,22 @@ static int matches(tide_cons_grammar *g, const char *s) {
 }
 
 typedef struct { const char *re; const char *yes[8]; const char *no[8]; } rx_case;
+
+/* Each constraint matches its yes strings in full and none of its no strings. */
+static void check_table(tide_cons_kind kind, const rx_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        tide_cons_grammar *g = compile_ok(kind, cases[i].re);
+        for (int k = 0; k < 8 && cases[i].yes[k]; k++) {
+            if (matches(g, cases[i].yes[k]) != 1) fprintf(stderr, "[%s] should match \"%s\"\n", cases[i].re, cases[i].yes[k]);
+            assert_int_equal(matches(g, cases[i].yes[k]), 1);
+        }
+        for (int k = 0; k < 8 && cases[i].no[k]; k++) {
+            if (matches(g, cases[i].no[k]) != 0) fprintf(stderr, "[%s] should not match \"%s\"\n", cases[i].re, cases[i].no[k]);
+            assert_int_equal(matches(g, cases[i].no[k]), 0);
+        }
+        tide_cons_grammar_unref(g);
+    }
+}
 
 static void test_regex(void **state) {
     (void)state;
@@ -50,18 +67,7 @@ static void test_regex(void **state) {
         {"(?<year>\\d{4})-\\d\\d", {"2024-01"}, {"24-01"}},
         {"\xce\xb1+\xce\xb2", {"\xce\xb1\xce\xb1\xce\xb2"}, {"\xce\xb2", "\xce\xb1"}},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        tide_cons_grammar *g = compile_ok(TIDE_CONS_REGEX, cases[i].re);
-        for (int k = 0; k < 8 && cases[i].yes[k]; k++) {
-            if (matches(g, cases[i].yes[k]) != 1) fprintf(stderr, "/%s/ should match \"%s\"\n", cases[i].re, cases[i].yes[k]);
-            assert_int_equal(matches(g, cases[i].yes[k]), 1);
-        }
-        for (int k = 0; k < 8 && cases[i].no[k]; k++) {
-            if (matches(g, cases[i].no[k]) != 0) fprintf(stderr, "/%s/ should not match \"%s\"\n", cases[i].re, cases[i].no[k]);
-            assert_int_equal(matches(g, cases[i].no[k]), 0);
-        }
-        tide_cons_grammar_unref(g);
-    }
+    check_table(TIDE_CONS_REGEX, cases, sizeof cases / sizeof cases[0]);
 }
 
 static void test_gbnf(void **state) {
@@ -74,18 +80,7 @@ static void test_gbnf(void **state) {
         {"root ::= \"\\u00e9\\x41\\n\" . [^a-c]", {"\xc3\xa9" "A\nzd", "\xc3\xa9" "A\n\xe2\x82\xac" "z"}, {"\xc3\xa9" "A\nza"}},
         {"root ::= (\"ab\"){2,3} \"x\"?", {"abab", "abababx"}, {"ab", "abababab"}},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        tide_cons_grammar *g = compile_ok(TIDE_CONS_GBNF, cases[i].re);
-        for (int k = 0; k < 8 && cases[i].yes[k]; k++) {
-            if (matches(g, cases[i].yes[k]) != 1) fprintf(stderr, "%s should match \"%s\"\n", cases[i].re, cases[i].yes[k]);
-            assert_int_equal(matches(g, cases[i].yes[k]), 1);
-        }
-        for (int k = 0; k < 8 && cases[i].no[k]; k++) {
-            if (matches(g, cases[i].no[k]) != 0) fprintf(stderr, "%s should not match \"%s\"\n", cases[i].re, cases[i].no[k]);
-            assert_int_equal(matches(g, cases[i].no[k]), 0);
-        }
-        tide_cons_grammar_unref(g);
-    }
+    check_table(TIDE_CONS_GBNF, cases, sizeof cases / sizeof cases[0]);
 }
 
 static void expect_error(tide_cons_kind k, const char *text, const char *needle) {
@@ -227,44 +222,6 @@ static void test_canon(void **state) {
 
 /* ---- masks against brute force ------------------------------------------------- */
 
-typedef struct vocab { int n; uint8_t **b; uint32_t *len; uint8_t *skip; } vocab;
-
-/* Random tokens: the grammar's alphabet, multi-byte characters, their
- * pieces (tokens that split a UTF-8 character), and a few special ones. */
-static vocab make_vocab(tu_rng *r, int n) {
-    static const char *const atoms[] = {"{", "}", "[", "]", "\"", ":", ",", "a", "b", "x", "-", "0", "1", "9", ".",
-                                        "e", "true", "null", "\\", "n", " ", "\xc3\xa9", "\xc3", "\xa9", "\xe2\x82",
-                                        "\xac", "\xf0\x9f\x98\x80", "\"a\"", "\":", "\"b\":", "12", "x-"};
-    vocab v = {n, calloc((size_t)n, sizeof(uint8_t *)), calloc((size_t)n, sizeof(uint32_t)), calloc((size_t)n, 1)};
-    for (int i = 0; i < n; i++) {
-        char buf[64] = {0};
-        size_t len = 0;
-        if (i < 256) { /* every single byte is a token, as in byte-level BPE */
-            buf[0] = (char)i;
-            len = 1;
-        } else {
-            int parts = 1 + (int)(tu_next(r) % 4);
-            for (int k = 0; k < parts; k++) {
-                const char *a = atoms[tu_next(r) % (sizeof atoms / sizeof atoms[0])];
-                if (len + strlen(a) < sizeof buf) {
-                    memcpy(buf + len, a, strlen(a));
-                    len += strlen(a);
-                }
-            }
-        }
-        v.b[i] = malloc(len ? len : 1);
-        memcpy(v.b[i], buf, len);
-        v.len[i] = (uint32_t)len;
-        v.skip[i] = i >= n - 3; /* the last three: special (one is the end token) */
-    }
-    return v;
-}
-
-static void free_vocab(vocab *v) {
-    for (int i = 0; i < v->n; i++) free(v->b[i]);
-    free(v->b), free(v->len), free(v->skip);
-}
-
 static void check_masks(tu_rng *r, tide_cons_kind kind, const char *text, const vocab *vb, const tide_cons_vocab *cv) {
     tide_cons_grammar *g = compile_ok(kind, text);
     tide_cons *c = NULL;
@@ -326,7 +283,8 @@ static void test_mask_brute(void **state) {
     (void)state;
     uint64_t seed = tu_seed();
     tu_rng r = {seed};
-    vocab vb = make_vocab(&r, 700);
+    vocab vb = make_vocab(&r, 700, NULL, 0);
+    for (int i = vb.n - 3; i < vb.n; i++) vb.skip[i] = 1; /* the last three: special (one is the end token) */
     tide_cons_vocab *cv = NULL;
     tide_status st = {0};
     assert_int_equal(tide_cons_vocab_new((const uint8_t *const *)vb.b, vb.len, vb.skip, vb.n, &cv, &st), 0);

@@ -15,46 +15,12 @@
 #include "model/model.h"
 #include "test_ops_util.h"
 #include "tide.h"
+#include "cons_testutil.h"
 
 typedef tn_model_fixture fixture;
 
 static int setup(void **state) { return tn_model_setup(state, "cons", 0, 3); }
 static int teardown(void **state) { return tn_model_teardown(state); }
-
-typedef struct vocab { int n; uint8_t **b; uint32_t *len; uint8_t *skip; } vocab;
-
-static vocab make_vocab(tu_rng *r, int n, const int32_t *eos, int n_eos) {
-    static const char *const atoms[] = {"{", "}", "[", "]", "\"", ":", ",", "a", "b", "x", "-", "0", "1", "9", ".",
-                                        "e", "true", "null", "false", "\\", "n", " ", "\xc3\xa9", "\xc3", "\xa9",
-                                        "\xe2\x82", "\xac", "\"a\"", "\":", "\"name\":", "\"age\":", "12", "ab", "cd"};
-    vocab v = {n, calloc((size_t)n, sizeof(uint8_t *)), calloc((size_t)n, sizeof(uint32_t)), calloc((size_t)n, 1)};
-    for (int i = 0; i < n; i++) {
-        char buf[64] = {0};
-        size_t len = 0;
-        if (i < 256) {
-            buf[0] = (char)i;
-            len = 1;
-        } else {
-            int parts = 1 + (int)(tu_next(r) % 3);
-            for (int k = 0; k < parts; k++) {
-                const char *a = atoms[tu_next(r) % (sizeof atoms / sizeof atoms[0])];
-                memcpy(buf + len, a, strlen(a));
-                len += strlen(a);
-            }
-        }
-        v.b[i] = malloc(len);
-        memcpy(v.b[i], buf, len);
-        v.len[i] = (uint32_t)len;
-    }
-    for (int k = 0; k < n_eos; k++)
-        if (eos[k] >= 0 && eos[k] < n) v.skip[eos[k]] = 1;
-    return v;
-}
-
-static void free_vocab(vocab *v) {
-    for (int i = 0; i < v->n; i++) free(v->b[i]);
-    free(v->b), free(v->len), free(v->skip);
-}
 
 typedef struct cons_case { tide_cons_kind k; const char *text; int json; } cons_case;
 

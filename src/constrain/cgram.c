@@ -132,14 +132,14 @@ static int cmp_pair(const void *a, const void *b) {
     return x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
-int32_t cg_cpset(cg *g, const int32_t *ranges, int32_t n_pairs, int jstr) {
-    if (g->failed) return -1;
-    /* sort and merge into the pool */
+/* A malloc'd copy of the ranges sorted and merged (clipped to valid
+ * codepoints); *m pairs. NULL (g failed) when out of memory. */
+static int32_t *merged(cg *g, const int32_t *ranges, int32_t n_pairs, int32_t *m_out) {
     int32_t *tmp = malloc((size_t)(n_pairs ? n_pairs : 1) * 2 * sizeof *tmp);
     if (!tmp) {
         g->failed = 1;
         tide_fail(&g->st, TIDE_ERR_NOMEM, "out of memory compiling a constraint");
-        return -1;
+        return NULL;
     }
     if (n_pairs > 0) memcpy(tmp, ranges, (size_t)n_pairs * 2 * sizeof *tmp);
     qsort(tmp, (size_t)n_pairs, 2 * sizeof *tmp, cmp_pair);
@@ -157,6 +157,38 @@ int32_t cg_cpset(cg *g, const int32_t *ranges, int32_t n_pairs, int jstr) {
             m++;
         }
     }
+    *m_out = m;
+    return tmp;
+}
+
+int cg_ranges_not(cg *g, const int32_t *ranges, int32_t n_pairs, cg_vec *out) {
+    if (g->failed) return -1;
+    int32_t m;
+    int32_t *r = merged(g, ranges, n_pairs, &m);
+    if (!r) return -1;
+    int32_t lo = 0;
+    int rc = 0;
+    for (int32_t i = 0; i < m && rc == 0; i++) {
+        if (r[2 * i] > lo) rc = cg_vec_push(g, out, lo) || cg_vec_push(g, out, r[2 * i] - 1);
+        lo = r[2 * i + 1] + 1;
+    }
+    if (rc == 0 && lo <= CG_CP_MAX) rc = cg_vec_push(g, out, lo) || cg_vec_push(g, out, CG_CP_MAX);
+    free(r);
+    return rc ? -1 : 0;
+}
+
+int32_t cg_cpset_not(cg *g, const int32_t *ranges, int32_t n_pairs, int jstr) {
+    cg_vec v = {0};
+    int32_t x = cg_ranges_not(g, ranges, n_pairs, &v) ? -1 : cg_cpset(g, v.v, v.n / 2, jstr);
+    cg_vec_free(&v);
+    return x;
+}
+
+int32_t cg_cpset(cg *g, const int32_t *ranges, int32_t n_pairs, int jstr) {
+    if (g->failed) return -1;
+    int32_t m;
+    int32_t *tmp = merged(g, ranges, n_pairs, &m);
+    if (!tmp) return -1;
     int32_t x = m == 0 ? cg_none(g) : node(g, CA_CPSET, 0, 0);
     if (x >= 0 && m > 0) {
         g->ast[x].jstr = (uint8_t)(jstr != 0);

@@ -81,6 +81,10 @@ int32_t cg_none(cg *g);
 int32_t cg_byte(cg *g, uint8_t lo, uint8_t hi);
 int32_t cg_lit(cg *g, const char *s, size_t n);          /* a byte string */
 int32_t cg_cpset(cg *g, const int32_t *ranges, int32_t n_pairs, int jstr); /* sorted or not */
+/* Every codepoint outside the ranges (any order), as a set / appended to out. */
+int32_t cg_cpset_not(cg *g, const int32_t *ranges, int32_t n_pairs, int jstr);
+struct cg_vec;
+int cg_ranges_not(cg *g, const int32_t *ranges, int32_t n_pairs, struct cg_vec *out);
 int32_t cg_list(cg *g, cg_kind k, const int32_t *kids, int32_t n); /* CAT or ALT */
 int32_t cg_cat2(cg *g, int32_t a, int32_t b);
 int32_t cg_alt2(cg *g, int32_t a, int32_t b);

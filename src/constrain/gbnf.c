@@ -181,23 +181,8 @@ static int32_t primary(gp *p) {
             return gfail(p, "unterminated character class");
         }
         p->i++;
-        int32_t x = gchk(p, cg_cpset(g, v.v, v.n / 2, 0));
+        int32_t x = gchk(p, neg ? cg_cpset_not(g, v.v, v.n / 2, 0) : cg_cpset(g, v.v, v.n / 2, 0));
         cg_vec_free(&v);
-        if (x >= 0 && neg) { /* complement of the merged ranges */
-            cg_vec w = {0};
-            int32_t lo = 0;
-            if (g->ast[x].k == CA_CPSET) {
-                cg_ast a = g->ast[x];
-                for (int32_t k = 0; k < a.n; k++) {
-                    int32_t l = g->cps[a.first + 2 * k], h = g->cps[a.first + 2 * k + 1];
-                    if (l > lo) cg_vec_push(g, &w, lo), cg_vec_push(g, &w, l - 1);
-                    lo = h + 1;
-                }
-            }
-            if (lo <= CG_CP_MAX) cg_vec_push(g, &w, lo), cg_vec_push(g, &w, CG_CP_MAX);
-            x = gchk(p, cg_cpset(g, w.v, w.n / 2, 0));
-            cg_vec_free(&w);
-        }
         return x;
     }
     if (c == '.') {

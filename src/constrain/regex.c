@@ -62,19 +62,8 @@ static const int32_t R_SPACE[] = {9, 13, 32, 32, 0xA0, 0xA0, 0x1680, 0x1680, 0x2
                                   0x202F, 0x202F, 0x205F, 0x205F, 0x3000, 0x3000, 0xFEFF, 0xFEFF};
 static const int32_t R_DOT_NOT[] = {'\n', '\n', '\r', '\r', 0x2028, 0x2029};
 
-/* Appends the complement of sorted, merged ranges (over all codepoints). */
-static int push_negated(cg *g, cg_vec *out, const int32_t *r, int32_t n_pairs) {
-    int32_t lo = 0;
-    for (int32_t i = 0; i < n_pairs; i++) {
-        if (r[2 * i] > lo && (cg_vec_push(g, out, lo) || cg_vec_push(g, out, r[2 * i] - 1))) return -1;
-        if (r[2 * i + 1] + 1 > lo) lo = r[2 * i + 1] + 1;
-    }
-    if (lo <= CG_CP_MAX && (cg_vec_push(g, out, lo) || cg_vec_push(g, out, CG_CP_MAX))) return -1;
-    return 0;
-}
-
 static int push_ranges(cg *g, cg_vec *out, const int32_t *r, size_t n_pairs, int negate) {
-    if (negate) return push_negated(g, out, r, (int32_t)n_pairs);
+    if (negate) return cg_ranges_not(g, r, (int32_t)n_pairs, out);
     for (size_t i = 0; i < 2 * n_pairs; i++)
         if (cg_vec_push(g, out, r[i])) return -1;
     return 0;
@@ -224,29 +213,7 @@ static int32_t parse_class(rx *r) {
         }
         if (cg_vec_push(g, &v, lo) || cg_vec_push(g, &v, hi)) break;
     }
-    int32_t x = -1;
-    if (!g->failed) {
-        if (neg) {
-            /* merge first: complement needs sorted ranges */
-            int32_t t = cg_cpset(g, v.v, v.n / 2, 0);
-            cg_vec w = {0};
-            if (t >= 0) {
-                const cg_ast *a = &g->ast[t];
-                if (a->k == CA_NONE) push_negated(g, &w, NULL, 0);
-                else {
-                    int32_t first = a->first, n = a->n;
-                    int32_t *cp = malloc((size_t)n * 2 * sizeof *cp);
-                    if (cp) {
-                        memcpy(cp, g->cps + first, (size_t)n * 2 * sizeof *cp);
-                        push_negated(g, &w, cp, n);
-                        free(cp);
-                    }
-                }
-                x = cg_cpset(g, w.v, w.n / 2, r->jstr);
-            }
-            cg_vec_free(&w);
-        } else x = cg_cpset(g, v.v, v.n / 2, r->jstr);
-    }
+    int32_t x = g->failed ? -1 : neg ? cg_cpset_not(g, v.v, v.n / 2, r->jstr) : cg_cpset(g, v.v, v.n / 2, r->jstr);
     cg_vec_free(&v);
     return x;
 }
@@ -319,11 +286,7 @@ static int32_t parse_atom(rx *r) {
     }
     if (c == '.') {
         r->i++;
-        cg_vec v = {0};
-        push_negated(g, &v, R_DOT_NOT, 3);
-        int32_t x = g->failed ? -1 : cg_cpset(g, v.v, v.n / 2, r->jstr);
-        cg_vec_free(&v);
-        return x;
+        return cg_cpset_not(g, R_DOT_NOT, 3, r->jstr);
     }
     if (c == '\\') {
         r->i++;

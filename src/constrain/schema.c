@@ -211,22 +211,27 @@ static int32_t str_char(sc *c) {
     return chk(c, cg_cpset(c->g, all, 1, 1));
 }
 
-static int32_t seq(sc *c, int n, ...) {
+static int32_t list_v(sc *c, cg_kind kind, int n, va_list ap) {
     int32_t k[16];
+    for (int i = 0; i < n; i++) k[i] = va_arg(ap, int32_t);
+    return chk(c, cg_list(c->g, kind, k, n));
+}
+
+/* n trees in sequence / as alternatives */
+static int32_t seq(sc *c, int n, ...) {
     va_list ap;
     va_start(ap, n);
-    for (int i = 0; i < n; i++) k[i] = va_arg(ap, int32_t);
+    int32_t x = list_v(c, CA_CAT, n, ap);
     va_end(ap);
-    return chk(c, cg_list(c->g, CA_CAT, k, n));
+    return x;
 }
 
 static int32_t alt(sc *c, int n, ...) {
-    int32_t k[16];
     va_list ap;
     va_start(ap, n);
-    for (int i = 0; i < n; i++) k[i] = va_arg(ap, int32_t);
+    int32_t x = list_v(c, CA_ALT, n, ap);
     va_end(ap);
-    return chk(c, cg_list(c->g, CA_ALT, k, n));
+    return x;
 }
 
 static int32_t opt(sc *c, int32_t x) { return chk(c, cg_rep(c->g, x, 0, 1)); }
@@ -655,23 +660,7 @@ static int32_t not_in(sc *c, const char **names, int n, size_t off, int depth) {
     /* a codepoint that no name continues with, then anything */
     cg_vec r = {0};
     for (int j = 0; j < ncp; j++) cg_vec_push(c->g, &r, cps[j]), cg_vec_push(c->g, &r, cps[j]);
-    int32_t other = -1;
-    {
-        int32_t t = chk(c, cg_cpset(c->g, r.v, r.n / 2, 0)); /* sorted, merged copy */
-        cg_vec neg = {0};
-        int32_t lo = 0;
-        if (t >= 0 && c->g->ast[t].k == CA_CPSET) {
-            const cg_ast a = c->g->ast[t];
-            for (int32_t i = 0; i < a.n; i++) {
-                int32_t l = c->g->cps[a.first + 2 * i], h = c->g->cps[a.first + 2 * i + 1];
-                if (l > lo) cg_vec_push(c->g, &neg, lo), cg_vec_push(c->g, &neg, l - 1);
-                lo = h + 1;
-            }
-        }
-        if (lo <= CG_CP_MAX) cg_vec_push(c->g, &neg, lo), cg_vec_push(c->g, &neg, CG_CP_MAX);
-        other = chk(c, cg_cpset(c->g, neg.v, neg.n / 2, 1));
-        cg_vec_free(&neg);
-    }
+    int32_t other = chk(c, cg_cpset_not(c->g, r.v, r.n / 2, 1));
     cg_vec_free(&r);
     cg_vec_push(c->g, &alts, seq(c, 2, other, star(c, str_char(c))));
     for (int j = 0; j < ncp && !c->err; j++) {
