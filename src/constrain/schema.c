@@ -211,28 +211,10 @@ static int32_t str_char(sc *c) {
     return chk(c, cg_cpset(c->g, all, 1, 1));
 }
 
-static int32_t list_v(sc *c, cg_kind kind, int n, va_list ap) {
-    int32_t k[16];
-    for (int i = 0; i < n; i++) k[i] = va_arg(ap, int32_t);
-    return chk(c, cg_list(c->g, kind, k, n));
-}
-
+static int32_t list_a(sc *c, cg_kind kind, int n, const int32_t *kids) { return chk(c, cg_list(c->g, kind, kids, n)); }
 /* n trees in sequence / as alternatives */
-static int32_t seq(sc *c, int n, ...) {
-    va_list ap;
-    va_start(ap, n);
-    int32_t x = list_v(c, CA_CAT, n, ap);
-    va_end(ap);
-    return x;
-}
-
-static int32_t alt(sc *c, int n, ...) {
-    va_list ap;
-    va_start(ap, n);
-    int32_t x = list_v(c, CA_ALT, n, ap);
-    va_end(ap);
-    return x;
-}
+#define seq(c, n, ...) list_a((c), CA_CAT, (n), (const int32_t[]){__VA_ARGS__})
+#define alt(c, n, ...) list_a((c), CA_ALT, (n), (const int32_t[]){__VA_ARGS__})
 
 static int32_t opt(sc *c, int32_t x) { return chk(c, cg_rep(c->g, x, 0, 1)); }
 static int32_t star(sc *c, int32_t x) { return chk(c, cg_rep(c->g, x, 0, -1)); }
