@@ -7,7 +7,9 @@
 # outputs are checked by independent validators (ajv, JavaScript RegExp, for
 # grammars on an equivalent regex:
 # tools/npm/structured_check.mjs): every one is valid, or cut at max_tokens
-# with finish_reason "length". Then an unsupported keyword and a bad regex
+# with finish_reason "length"; and 4 requests forcing a tool call (tool_choice
+# naming it) end "tool_calls" with arguments ajv accepts against the tool's
+# parameters. Then an unsupported keyword and a bad regex
 # are refused with messages naming them.
 # Usage: sh_structured.sh TIDE_EXE SRC_DIR BIN_DIR
 set -u
@@ -36,11 +38,11 @@ M="$WORK/m"
 "$TIDE" synth --shape tiny --seed "$SEED" -o "$M" --tokenizer "$TOK" >/dev/null 2>&1 || { echo "FAIL synth"; exit 1; }
 CORPUS=$SRC/tests/data/structured/corpus.jsonl
 N=${TIDE_STRUCTURED_N:-18}
-node "$SRC/tools/npm/structured_check.mjs" make "$CORPUS" "$N" 32 >"$WORK/req.jsonl" || { echo "FAIL make"; exit 1; }
+node "$SRC/tools/npm/structured_check.mjs" make "$CORPUS" "$N" 32 4 >"$WORK/req.jsonl" || { echo "FAIL make"; exit 1; }
 "$TIDE" run --model "$M" --input "$WORK/req.jsonl" --output "$WORK/out.jsonl" --seed "$SEED" 2>"$WORK/err" \
     || { fail "tide run"; tail -5 "$WORK/err"; }
 node "$SRC/tools/npm/structured_check.mjs" check "$CORPUS" "$WORK/req.jsonl" "$WORK/out.jsonl" \
-    && ok "$N constrained generations valid (ajv / RegExp)" || fail "constrained generations"
+    && ok "$N constrained generations and 4 forced tool calls valid (ajv / RegExp)" || fail "constrained generations"
 
 # refusals: the line's error names the keyword / the regex problem
 cat >"$WORK/bad.jsonl" <<'JEOF'

@@ -83,6 +83,32 @@ static void test_gbnf(void **state) {
     check_table(TIDE_CONS_GBNF, cases, sizeof cases / sizeof cases[0]);
 }
 
+static void test_tool_calls(void **state) {
+    (void)state;
+#define P_OPEN "<\xef\xbd\x9c" "DSML\xef\xbd\x9c parameter name=\""
+#define P_CLOSE "</\xef\xbd\x9c" "DSML\xef\xbd\x9c parameter>"
+#define I_OPEN "<\xef\xbd\x9c" "DSML\xef\xbd\x9c invoke name=\""
+#define I_CLOSE "</\xef\xbd\x9c" "DSML\xef\xbd\x9c invoke>"
+#define C_OPEN "<\xef\xbd\x9c" "DSML\xef\xbd\x9c calls>\n"
+#define C_CLOSE "\n</\xef\xbd\x9c" "DSML\xef\xbd\x9c calls>"
+    static const rx_case cases[] = {
+        {"{\"parallel\":false,\"tools\":[{\"name\":\"w\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+         "\"city\":{\"type\":\"string\",\"maxLength\":5},\"n\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7},"
+         "\"u\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"n\"]}},{\"name\":\"z\"}]}",
+         {C_OPEN I_OPEN "w\">\n" P_OPEN "city\" string=\"true\">Paris" P_CLOSE "\n" P_OPEN "n\" string=\"false\">3" P_CLOSE
+          "\n" I_CLOSE C_CLOSE,
+          C_OPEN I_OPEN "w\">\n" P_OPEN "city\" string=\"true\">" P_CLOSE "\n" P_OPEN "n\" string=\"false\">7" P_CLOSE "\n"
+          P_OPEN "u\" string=\"true\">f" P_CLOSE "\n" I_CLOSE C_CLOSE,
+          C_OPEN I_OPEN "z\">\n\n" I_CLOSE C_CLOSE},
+         {C_OPEN I_OPEN "w\">\n" P_OPEN "n\" string=\"false\">3" P_CLOSE "\n" I_CLOSE C_CLOSE, /* city missing */
+          C_OPEN I_OPEN "w\">\n" P_OPEN "city\" string=\"true\">Paris!" P_CLOSE "\n" P_OPEN "n\" string=\"false\">3" P_CLOSE
+          "\n" I_CLOSE C_CLOSE, /* too long */
+          C_OPEN I_OPEN "z\">\n\n" I_CLOSE "\n" I_OPEN "z\">\n\n" I_CLOSE C_CLOSE, /* two calls, not parallel */
+          C_OPEN I_OPEN "y\">\n\n" I_CLOSE C_CLOSE}},
+    };
+    check_table(TIDE_CONS_TOOLS, cases, sizeof cases / sizeof cases[0]);
+}
+
 static void expect_error(tide_cons_kind k, const char *text, const char *needle) {
     tide_cons_grammar *g = NULL;
     tide_status st = {0};
@@ -126,6 +152,9 @@ static void test_errors(void **state) {
     expect_error(TIDE_CONS_GBNF, "root ::= [z-a]", "out of order");
     expect_error(TIDE_CONS_GBNF, "root = \"a\"", "expected ::=");
     expect_error(TIDE_CONS_GBNF, "root ::= <[12]>", "token references");
+    expect_error(TIDE_CONS_TOOLS, "{\"tools\":[{\"name\":\"f\",\"parameters\":{\"type\":\"array\"}}]}", "must be an object schema");
+    expect_error(TIDE_CONS_TOOLS, "{\"tools\":[{\"name\":\"f\",\"parameters\":{\"properties\":{\"a\":{\"type\":\"string\",\"not\":{}}}}}]}",
+                 "tools[0].parameters/properties/a: keyword \"not\"");
     /* nesting past the limit */
     char deep[4096] = {0};
     for (int i = 0; i < 100; i++) strcat(deep, "{\"items\":");
@@ -352,6 +381,7 @@ int main(void) {
         cmocka_unit_test(test_regex),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_gbnf),
+        cmocka_unit_test(test_tool_calls),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_canon),
         cmocka_unit_test(test_mask_brute),

@@ -120,7 +120,24 @@ static int constraint(gen_session *s, const tide_api_req *req, int in_reasoning,
     tide_cons_kind kind;
     const char *param;
     char *text = NULL;
-    if (gen->guided) {
+    int forced = (gen->tool_choice == TIDE_TOOLS_REQUIRED || gen->tool_choice == TIDE_TOOLS_NAMED) &&
+                 req->conv.n_tools > 0;
+    if (forced && (gen->guided || gen->format != TIDE_FMT_TEXT))
+        return tide_fail(st, TIDE_ERR_INVALID, "tool_choice: a forced tool call cannot be combined with another output "
+                         "constraint (%s)", gen->guided ? gen->guided_param : "response_format");
+    if (forced) { /* a forced call: its DSML block with arguments per the tools' schemas */
+        kind = TIDE_CONS_TOOLS;
+        param = "tools";
+        json_t *spec = json_pack("{s:[], s:b}", "tools", "parallel", gen->parallel_tool_calls);
+        for (size_t i = 0; spec && i < req->conv.n_tools; i++) {
+            const tide_tool *t = &req->conv.tools[i];
+            json_t *one = json_pack("{s:s}", "name", t->name);
+            if (one && t->parameters) json_object_set(one, "parameters", t->parameters);
+            json_array_append_new(json_object_get(spec, "tools"), one);
+        }
+        text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+        json_decref(spec);
+    } else if (gen->guided) {
         if (gen->format != TIDE_FMT_TEXT)
             return tide_fail(st, TIDE_ERR_INVALID, "%s: only one output constraint per request (a JSON response format "
                              "is given too)", gen->guided_param);

@@ -220,9 +220,12 @@ int tide_cons_compile(tide_cons_kind kind, const char *text, size_t len, tide_co
                 json_error_t je;
                 json_t *j = json_loadb(text, len, JSON_DECODE_ANY, &je);
                 if (!j) tide_fail(&lst, TIDE_ERR_INVALID, "schema is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
-                else {
-                    int depth_ok = 1;
-                    if (depth_ok) root = tide_schema_compile(g, j, &lst);
+                else if (kind == TIDE_CONS_TOOLS) {
+                    root = tide_schema_tool_calls(g, j, &lst);
+                    json_decref(j);
+                    if (root < 0) tide_fail_ctx(&lst, "tool call");
+                } else {
+                    root = tide_schema_compile(g, j, &lst);
                     json_decref(j);
                     if (root < 0) tide_fail_ctx(&lst, "JSON schema");
                 }

@@ -25,6 +25,8 @@ typedef enum tide_cons_kind {
     TIDE_CONS_JSON_SCHEMA, /* text: a JSON Schema */
     TIDE_CONS_JSON_OBJECT, /* any JSON object (text ignored) */
     TIDE_CONS_GBNF,        /* text: a grammar in llama.cpp's GBNF, start rule "root" */
+    TIDE_CONS_TOOLS,       /* text: {"tools": [{"name", "parameters"}...], "parallel": bool}:
+                            * a DSML block of calls to those tools, arguments per their schemas */
 } tide_cons_kind;
 
 #define TIDE_CONS_MAX_TEXT (1u << 20) /* constraint text bytes */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "constrain/fmt.h"
+#include "text/render.h" /* the DSML markers of tool calls */
 
 #define SC_MAX_DEPTH 64     /* schema nesting the compiler follows */
 #define SC_MAX_BOUND 1e15   /* integer bounds beyond this are refused */
@@ -666,7 +667,12 @@ static int32_t not_in(sc *c, const char **names, int n, size_t off, int depth) {
     return x;
 }
 
-static int32_t objects(sc *c, const json_t *s, const char *path) {
+static int32_t dsml_param(sc *c, const char *k, const json_t *ps, const char *path);
+
+/* An object's members: JSON ({"k":v,...}) or, dsml set, tool-call
+ * parameters (<｜DSML｜ parameter name="k" string="...">v</｜DSML｜ parameter>
+ * joined by newlines, only the declared ones). */
+static int32_t members(sc *c, const json_t *s, const char *path, int dsml) {
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     const json_t *addl = json_object_get(s, "additionalProperties"), *pprops = json_object_get(s, "patternProperties");
     if (props && !json_is_object(props)) return sc_fail(c, TIDE_ERR_INVALID, path, "\"properties\" must be an object");
@@ -703,14 +709,17 @@ static int32_t objects(sc *c, const json_t *s, const char *path) {
         char sub[1024];
         snprintf(sub, sizeof sub, "%s/properties/%.200s", path, k);
         names[i] = k;
-        mem[i] = seq(c, 2, json_key(c, k), rule_of(c, ps, sub));
+        mem[i] = dsml ? dsml_param(c, k, ps, sub) : seq(c, 2, json_key(c, k), rule_of(c, ps, sub));
         for (size_t j = 0; req && j < json_array_size(req); j++)
             if (!strcmp(json_string_value(json_array_get(req, j)), k)) isreq[i] = 1;
         i++;
     }
-    /* extra members */
+    /* extra members (tool calls: only the declared parameters, a subset
+     * of what the schema allows) */
     int32_t extra = -1;
-    if (pprops && json_object_size(pprops)) {
+    const char *sep = dsml ? "\n" : ",";
+    if (dsml) {
+    } else if (pprops && json_object_size(pprops)) {
         cg_vec alts = {0};
         json_object_foreach((json_t *)pprops, k, ps) {
             char sub[1024];
@@ -742,7 +751,7 @@ static int32_t objects(sc *c, const json_t *s, const char *path) {
         extra = seq(c, 4, lit(c, "\""), key, lit(c, "\":"), val);
     }
     /* T_i: members i.. after something was written; S_i: nothing yet */
-    int32_t tail = extra >= 0 ? star(c, seq(c, 2, lit(c, ","), extra)) : chk(c, cg_empty(c->g));
+    int32_t tail = extra >= 0 ? star(c, seq(c, 2, lit(c, sep), extra)) : chk(c, cg_empty(c->g));
     int32_t first = extra >= 0 ? opt(c, seq(c, 2, extra, tail)) : chk(c, cg_empty(c->g));
     int32_t T = tail, S = first;
     for (size_t j = np; j-- > 0 && !c->err;) {
@@ -752,13 +761,144 @@ static int32_t objects(sc *c, const json_t *s, const char *path) {
         c->g->rules[tr].ast = T;
         int32_t Tc = chk(c, cg_call(c->g, tr));
         int32_t m = mem[j];
-        int32_t nT = isreq[j] ? seq(c, 3, lit(c, ","), m, Tc) : seq(c, 2, opt(c, seq(c, 2, lit(c, ","), m)), Tc);
+        int32_t nT = isreq[j] ? seq(c, 3, lit(c, sep), m, Tc) : seq(c, 2, opt(c, seq(c, 2, lit(c, sep), m)), Tc);
         int32_t nS = isreq[j] ? seq(c, 2, m, Tc) : alt(c, 2, seq(c, 2, m, Tc), S);
         T = nT;
         S = nS;
     }
     free(mem), free(isreq), free(names);
-    return seq(c, 3, lit(c, "{"), S, lit(c, "}"));
+    return dsml ? S : seq(c, 3, lit(c, "{"), S, lit(c, "}"));
+}
+
+static int32_t objects(sc *c, const json_t *s, const char *path) { return members(c, s, path, 0); }
+
+/* ---- tool calls (DSML, text/render.h) -------------------------------------- */
+
+
+/* A string-only schema: a string="true" parameter, its value raw. */
+static int raw_string(const json_t *ps) {
+    if (!json_is_object(ps)) return 0;
+    const json_t *t = json_object_get(ps, "type");
+    const json_t *en = json_object_get(ps, "enum"), *cst = json_object_get(ps, "const");
+    if (t ? !json_is_string(t) || strcmp(json_string_value(t), "string") : !en && !cst) return 0;
+    if (cst && !json_is_string(cst)) return 0;
+    if (en && !json_is_array(en)) return 0;
+    for (size_t i = 0; i < json_array_size(en); i++)
+        if (!json_is_string(json_array_get(en, i))) return 0;
+    return 1;
+}
+
+/* A raw string value: the literal values of enum/const, a pattern or format
+ * as raw text, else codepoints other than '<' (a raw value ends at the
+ * first "</｜DSML｜"). */
+static int32_t raw_value(sc *c, const json_t *ps, const char *path) {
+    const json_t *en = json_object_get(ps, "enum"), *cst = json_object_get(ps, "const");
+    if (en || cst) {
+        cg_vec alts = {0};
+        for (size_t i = 0; i < (cst ? 1 : json_array_size(en)); i++) {
+            const json_t *v = cst ? cst : json_array_get(en, i);
+            cg_vec_push(c->g, &alts, chk(c, cg_lit(c->g, json_string_value(v), json_string_length(v))));
+        }
+        int32_t x = chk(c, cg_list(c->g, CA_ALT, alts.v, alts.n));
+        cg_vec_free(&alts);
+        return x;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)ps, k, v) if (!is_annotation(k) && strcmp(k, "type") && strcmp(k, "minLength") &&
+                                                 strcmp(k, "maxLength") && strcmp(k, "pattern") && strcmp(k, "format"))
+        return sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "keyword \"%.64s\" on a string tool parameter is not supported", k);
+    const json_t *pat = json_object_get(ps, "pattern"), *fmt = json_object_get(ps, "format");
+    long long mn, mx;
+    if (get_count(c, ps, "minLength", path, &mn) || get_count(c, ps, "maxLength", path, &mx)) return -1;
+    if ((pat || fmt) && (mn >= 0 || mx >= 0 || (pat && fmt)))
+        return sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "\"pattern\"/\"format\" with other string keywords is not supported");
+    if (pat || fmt) {
+        const char *re = pat ? json_string_value(pat) : tide_format_regex(json_string_value(fmt) ? json_string_value(fmt) : "");
+        if (!re) return sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "format \"%.64s\" is not supported", json_string_value(fmt));
+        tide_status rst = {0};
+        int32_t x = cg_regex(c->g, re, strlen(re), pat != NULL, 0, &rst);
+        if (x < 0 && !c->err) {
+            c->err = 1;
+            tide_fail(c->st, rst.code ? rst.code : TIDE_ERR_INVALID, "%s/pattern: %s", path, rst.msg);
+        }
+        return x;
+    }
+    int32_t lt[2] = {'<', '<'};
+    return chk(c, cg_rep(c->g, chk(c, cg_cpset_not(c->g, lt, 1, 0)), mn < 0 ? 0 : (int32_t)mn, mx < 0 ? -1 : (int32_t)mx));
+}
+
+static int dsml_name_ok(const char *k) { return *k && !strpbrk(k, "\"<>\n"); }
+
+static int32_t dsml_param(sc *c, const char *k, const json_t *ps, const char *path) {
+    if (!dsml_name_ok(k)) return sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "a parameter name with '\"', '<', '>' or a newline");
+    int raw = raw_string(ps);
+    char head[512];
+    snprintf(head, sizeof head, TIDE_DSML_PARAM_OPEN "%s\" string=\"%s\">", k, raw ? "true" : "false");
+    if (strlen(head) >= sizeof head - 1) return sc_fail(c, TIDE_ERR_UNSUPPORTED, path, "parameter name too long");
+    int32_t v = raw ? raw_value(c, ps, path) : rule_of(c, ps, path);
+    return seq(c, 3, lit(c, head), v, lit(c, TIDE_DSML_PARAM_CLOSE));
+}
+
+int32_t tide_schema_tool_calls(cg *g, json_t *spec, tide_status *st) {
+    sc c = {g, spec, st, NULL, 0, 0, -1, -1, 0, json_array(), 0};
+    if (!c.keep) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+    g->max_depth = 128;
+    const json_t *tools = json_object_get(spec, "tools");
+    int parallel = json_is_true(json_object_get(spec, "parallel"));
+    cg_vec alts = {0};
+    for (size_t i = 0; i < json_array_size(tools) && !c.err; i++) {
+        const json_t *t = json_array_get(tools, i);
+        const char *name = json_string_value(json_object_get(t, "name"));
+        const json_t *params = json_object_get(t, "parameters");
+        char path[256];
+        snprintf(path, sizeof path, "tools[%zu].parameters", i);
+        if (!name || !dsml_name_ok(name)) {
+            sc_fail(&c, TIDE_ERR_UNSUPPORTED, path, "a tool name with '\"', '<', '>' or a newline cannot be constrained");
+            break;
+        }
+        /* the schema's own $refs resolve inside it */
+        c.root = (json_t *)params;
+        c.n_refs = 0;
+        int32_t body;
+        if (!params || json_is_true(params)) body = chk(&c, cg_empty(g));
+        else {
+            const json_t *ty = json_object_get(params, "type");
+            if (!json_is_object(params) || (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "object")))) {
+                sc_fail(&c, TIDE_ERR_UNSUPPORTED, path, "tool parameters must be an object schema to be constrained");
+                break;
+            }
+            const char *k;
+            json_t *v;
+            json_object_foreach((json_t *)params, k, v) if (!is_annotation(k) && strcmp(k, "type") && strcmp(k, "properties") &&
+                                                           strcmp(k, "required") && strcmp(k, "additionalProperties") &&
+                                                           strcmp(k, "$schema") && strcmp(k, "strict")) {
+                sc_fail(&c, TIDE_ERR_UNSUPPORTED, path, "keyword \"%.64s\" at the top of tool parameters is not supported", k);
+                break;
+            }
+            body = c.err ? -1 : members(&c, params, path, 1);
+        }
+        char head[512];
+        snprintf(head, sizeof head, TIDE_DSML_INVOKE_OPEN "%s\">\n", name);
+        /* an invoke with no parameters is its head and close with one newline between */
+        int32_t inv = seq(&c, 4, lit(&c, head), body, lit(&c, "\n"), lit(&c, TIDE_DSML_INVOKE_CLOSE));
+        cg_vec_push(g, &alts, inv);
+    }
+    int32_t x = -1;
+    if (!c.err) {
+        int32_t r = chk(&c, cg_rule_new(g, "invoke", 6));
+        if (r >= 0) {
+            g->rules[r].ast = chk(&c, cg_list(g, CA_ALT, alts.v, alts.n));
+            int32_t one = chk(&c, cg_call(g, r));
+            int32_t calls = parallel ? seq(&c, 2, one, star(&c, seq(&c, 2, lit(&c, "\n"), chk(&c, cg_call(g, r))))) : one;
+            x = seq(&c, 3, lit(&c, TIDE_DSML_CALLS_OPEN "\n"), calls, lit(&c, "\n" TIDE_DSML_CALLS_CLOSE));
+        }
+    }
+    cg_vec_free(&alts);
+    free(c.refs);
+    json_decref(c.keep);
+    if (x < 0 && !c.err) *st = g->st;
+    return c.err ? -1 : x;
 }
 
 static int32_t arrays(sc *c, const json_t *s, const char *path) {

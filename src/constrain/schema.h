@@ -10,6 +10,11 @@
  * keyword and where, e.g. "#/properties/a: keyword \"not\" is not
  * supported"). The caller makes it the root rule. */
 int32_t tide_schema_compile(cg *g, json_t *schema, tide_status *st);
+/* Tool calls in DSML (text/render.h): spec is {"tools": [{"name",
+ * "parameters"}...], "parallel": bool}; one call of one of the tools (or
+ * several, parallel). String-only parameters are raw (string="true"), the
+ * others JSON; only declared parameters are written. */
+int32_t tide_schema_tool_calls(cg *g, json_t *spec, tide_status *st);
 /* Any JSON object (response_format json_object). */
 int32_t tide_schema_any_object(cg *g, tide_status *st);
 /* 1 when no two oneOf branches can match the same value (by type or by

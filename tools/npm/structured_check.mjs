@@ -6,7 +6,10 @@
 // ajv-formats) for schemas, JavaScript's RegExp for regexes and for the
 // grammars (each corpus grammar carries an equivalent regex, "check"). Every result
 // must be "stop" with a valid output, or "length" (cut at max_tokens).
-//   node structured_check.mjs make CORPUS N MAX_TOKENS > requests.jsonl
+// With TOOLS > 0, that many more requests force a tool call (tool_choice
+// naming a function whose parameters are one of the corpus's object
+// schemas): each must end "tool_calls" with arguments ajv accepts.
+//   node structured_check.mjs make CORPUS N MAX_TOKENS [TOOLS] > requests.jsonl
 //   node structured_check.mjs check CORPUS requests.jsonl results.jsonl
 import fs from "node:fs";
 import Ajv2020 from "ajv/dist/2020.js";
@@ -32,6 +35,17 @@ if (mode === "make") {
     else req.guided_grammar = c.text;
     process.stdout.write(JSON.stringify(req) + "\n");
   }
+  const objects = corpus.map((c, k) => k).filter((k) => corpus[k].kind === "json_schema" && corpus[k].text.type === "object");
+  for (let t = 0; t < Number(process.argv[6] || 0); t++) {
+    const k = objects[(t * 7) % objects.length];
+    const name = `tool_${t}`;
+    const req = { id: n + t, item: k, tool: name, messages: [{ role: "user", content: `Call ${t}` }], max_tokens: maxTokens * 2,
+                  temperature: 1, seed: 5000 + t,
+                  tools: [{ type: "function", function: { name, strict: true, parameters: corpus[k].text } },
+                          { type: "function", function: { name: "other", parameters: { type: "object", properties: {} } } }],
+                  tool_choice: { type: "function", function: { name } } };
+    process.stdout.write(JSON.stringify(req) + "\n");
+  }
 } else if (mode === "check") {
   const reqs = new Map(lines(a).map((r) => [r.id, r]));
   const ajv = new Ajv2020({ strict: false, allErrors: true });
@@ -44,6 +58,20 @@ if (mode === "make") {
     kinds[c.kind] = (kinds[c.kind] || 0) + 1;
     const fail = (why) => { bad++; console.log(`INVALID id ${r.id} (${c.kind} ${JSON.stringify(c.text).slice(0, 120)}): ${why}: ${JSON.stringify(r.text)}`); };
     if (r.finish_reason === "length") { length++; continue; }
+    if (q.tool) { // a forced tool call
+      kinds.tool_call = (kinds.tool_call || 0) + 1;
+      kinds[c.kind]--;
+      if (r.finish_reason !== "tool_calls") { fail(`finish_reason ${r.finish_reason}, not tool_calls`); continue; }
+      stop++;
+      const validate = ajv.compile(c.text);
+      for (const call of r.tool_calls) {
+        if (call.name !== q.tool) { fail(`called ${call.name}`); continue; }
+        let v;
+        try { v = JSON.parse(call.arguments); } catch (e) { fail("arguments not JSON"); continue; }
+        if (!validate(v)) fail(`arguments: ${ajv.errorsText(validate.errors)}: ${call.arguments}`);
+      }
+      continue;
+    }
     if (r.finish_reason !== "stop") { fail(`finish_reason ${r.finish_reason} ${r.error || ""}`); continue; }
     stop++;
     if (c.kind === "json_schema") {
