@@ -24,11 +24,13 @@ static int teardown(void **state) { return tn_model_teardown(state); }
 
 typedef struct cons_case { tide_cons_kind k; const char *text; int json; } cons_case;
 
-static void test_constrained_generation(void **state) {
-    fixture *f = *state;
+/* overlap: 1 runs the forward pass on the engine's thread, the masks being
+ * computed meanwhile (prefetch_masks); the tokens must be the same. */
+static void run_constrained(fixture *f, int overlap, int32_t *out_tokens, int64_t *n_out) {
     tu_rng r = {f->seed};
     tide_engine_config c = tide_engine_config_default();
     c.n_threads = 1;
+    c.overlap = overlap;
     c.max_seqs = 8;
     c.seed = f->seed;
     c.model_dir = f->dir;
@@ -109,6 +111,8 @@ static void test_constrained_generation(void **state) {
                 assert_int_equal(info.reason, TIDE_FINISH_STOP);
                 assert_string_equal(text, "\"only\"");
             }
+            for (int64_t t = 0; t < info.n_output && *n_out < 4096; t++) out_tokens[(*n_out)++] = info.output[t];
+            out_tokens[(*n_out)++] = -1;
             tide_engine_release(e, ids[i * PER + k]);
         }
     assert_true(stopped >= N);
@@ -128,6 +132,16 @@ static void test_constrained_generation(void **state) {
     tide_engine_destroy(e);
     tide_cons_vocab_free(cv);
     free_vocab(&vb);
+}
+
+static void test_constrained_generation(void **state) {
+    fixture *f = *state;
+    static int32_t a[8192], b[8192];
+    int64_t na = 0, nb = 0;
+    run_constrained(f, 0, a, &na);
+    run_constrained(f, 1, b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, (size_t)na * sizeof *a);
 }
 
 int main(void) {

@@ -439,6 +439,21 @@ static int constraint_mask(tide_engine *e, tide_req *q, int k, const uint32_t **
     return 0;
 }
 
+/* While the flight's forward pass runs on the forward thread: the masks its
+ * constrained rows will need, computed now so that sampling finds them in
+ * the constraints' caches (a mask depends only on the tokens accepted so
+ * far). A failure is left for sampling to report. */
+static void prefetch_masks(tide_engine *e) {
+    const tide_sched_plan *f = &e->sched.flight;
+    for (int i = 0; i < f->n_items; i++) {
+        tide_req *q = f->items[i].req;
+        if (f->items[i].logits != TIDE_LOGITS_LAST || !q->cons) continue;
+        int free_all;
+        tide_status st = {0};
+        tide_cons_mask(q->cons, e->cmask, q->sp.stop_tokens, q->sp.n_stop_tokens, &free_all, &st);
+    }
+}
+
 /* Samples the rows that reached the end of their sequence, appends, reports,
  * applies the stop conditions. The pass wrote row k's logits for the k-th
  * item that samples; rows with non-finite logits fail their request and
@@ -677,6 +692,7 @@ int tide_engine_step(tide_engine *e, tide_status *st) {
         step_prepare(e);
         double dt = tide_now_seconds() - tp;
         if (threaded) {
+            prefetch_masks(e);
             forward_wait(e);
             hidden = dt;
         } else {
