@@ -9,7 +9,9 @@
 # tools/npm/structured_check.mjs): every one is valid, or cut at max_tokens
 # with finish_reason "length"; and 4 requests forcing a tool call (tool_choice
 # naming it) end "tool_calls" with arguments ajv accepts against the tool's
-# parameters. Then an unsupported keyword and a bad regex
+# parameters. The same requests then go through `tide serve` (Chat
+# Completions over HTTP) with the same checks, and a schema with an
+# unsupported keyword gets a 400 naming it. Then an unsupported keyword and a bad regex
 # are refused with messages naming them.
 # Usage: sh_structured.sh TIDE_EXE SRC_DIR BIN_DIR
 set -u
@@ -43,6 +45,19 @@ node "$SRC/tools/npm/structured_check.mjs" make "$CORPUS" "$N" 32 4 >"$WORK/req.
     || { fail "tide run"; tail -5 "$WORK/err"; }
 node "$SRC/tools/npm/structured_check.mjs" check "$CORPUS" "$WORK/req.jsonl" "$WORK/out.jsonl" \
     && ok "$N constrained generations and 4 forced tool calls valid (ajv / RegExp)" || fail "constrained generations"
+
+# the same requests through tide serve (Chat Completions over HTTP), and a
+# 400 naming an unsupported keyword
+source "$SRC/tests/serve_start.sh"
+if serve_start "$TIDE" "$WORK" --model "$M" --seed "$SEED"; then
+    node "$SRC/tools/npm/structured_check.mjs" serve "$CORPUS" "http://127.0.0.1:$port" "$WORK/req.jsonl" >"$WORK/srv.jsonl" \
+        && node "$SRC/tools/npm/structured_check.mjs" check "$CORPUS" "$WORK/req.jsonl" "$WORK/srv.jsonl" \
+        && ok "the same through tide serve, valid; unsupported keyword: 400 naming it" || fail "through tide serve"
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+else
+    fail "tide serve did not start"
+fi
 
 # refusals: the line's error names the keyword / the regex problem
 cat >"$WORK/bad.jsonl" <<'JEOF'

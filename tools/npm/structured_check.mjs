@@ -9,7 +9,12 @@
 // With TOOLS > 0, that many more requests force a tool call (tool_choice
 // naming a function whose parameters are one of the corpus's object
 // schemas): each must end "tool_calls" with arguments ajv accepts.
+// The same requests can go through `tide serve` (serve mode: Chat
+// Completions over HTTP, 4 at a time; results written in tide run's shape;
+// plus one request with an unsupported keyword, which must get a 400
+// naming it).
 //   node structured_check.mjs make CORPUS N MAX_TOKENS [TOOLS] > requests.jsonl
+//   node structured_check.mjs serve CORPUS URL requests.jsonl > results.jsonl
 //   node structured_check.mjs check CORPUS requests.jsonl results.jsonl
 import fs from "node:fs";
 import Ajv2020 from "ajv/dist/2020.js";
@@ -39,12 +44,39 @@ if (mode === "make") {
   for (let t = 0; t < Number(process.argv[6] || 0); t++) {
     const k = objects[(t * 7) % objects.length];
     const name = `tool_${t}`;
-    const req = { id: n + t, item: k, tool: name, messages: [{ role: "user", content: `Call ${t}` }], max_tokens: maxTokens * 2,
+    const req = { id: n + t, item: k, tool: name, messages: [{ role: "user", content: `Call ${t}` }], max_tokens: maxTokens * 4,
                   temperature: 1, seed: 5000 + t,
                   tools: [{ type: "function", function: { name, strict: true, parameters: corpus[k].text } },
                           { type: "function", function: { name: "other", parameters: { type: "object", properties: {} } } }],
                   tool_choice: { type: "function", function: { name } } };
     process.stdout.write(JSON.stringify(req) + "\n");
+  }
+} else if (mode === "serve") {
+  const url = a.replace(/\/$/, "") + "/v1/chat/completions";
+  const reqs = lines(b);
+  const post = (body) => fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const out = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < reqs.length) {
+      const q = reqs[next++];
+      const { id, item, tool, ...body } = q;
+      const res = await post({ model: "tide", ...body });
+      const j = await res.json();
+      if (!res.ok) { out.push({ id, finish_reason: "error", error: JSON.stringify(j), text: "" }); continue; }
+      const ch = j.choices[0];
+      out.push({ id, text: ch.message.content || "", finish_reason: ch.finish_reason,
+                 tool_calls: (ch.message.tool_calls || []).map((t) => ({ name: t.function.name, arguments: t.function.arguments })) });
+    }
+  };
+  await Promise.all([worker(), worker(), worker(), worker()]);
+  for (const r of out) process.stdout.write(JSON.stringify(r) + "\n");
+  const bad = await post({ model: "tide", messages: [{ role: "user", content: "x" }],
+                           response_format: { type: "json_schema", json_schema: { name: "a", schema: { type: "object", properties: { a: { not: {} } } } } } });
+  const bj = await bad.json();
+  if (bad.status !== 400 || !/properties\/a: keyword "not" is not supported/.test(bj.error && bj.error.message)) {
+    console.error(`unsupported keyword: HTTP ${bad.status} ${JSON.stringify(bj)}`);
+    process.exit(1);
   }
 } else if (mode === "check") {
   const reqs = new Map(lines(a).map((r) => [r.id, r]));
