@@ -175,9 +175,15 @@ int tide_cons_vocab_from_tokenizer(const struct tide_tokenizer *tok, int32_t n_v
 
 /* ---- grammars ------------------------------------------------------------------- */
 
+typedef struct cons_rt cons_rt;
+static void rt_unref(cons_rt *rt);
+
 struct tide_cons_grammar {
     atomic_int refs;
     cg g;
+    /* the runtime new cursors share (matcher, masks); under rt_mu */
+    pthread_mutex_t rt_mu;
+    cons_rt *rt;
 };
 
 tide_cons_grammar *tide_cons_grammar_ref(tide_cons_grammar *g) {
@@ -187,6 +193,8 @@ tide_cons_grammar *tide_cons_grammar_ref(tide_cons_grammar *g) {
 
 void tide_cons_grammar_unref(tide_cons_grammar *g) {
     if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+    rt_unref(g->rt);
+    pthread_mutex_destroy(&g->rt_mu);
     cg_free(&g->g);
     free(g);
 }
@@ -199,6 +207,7 @@ int tide_cons_compile(tide_cons_kind kind, const char *text, size_t len, tide_co
     tide_cons_grammar *gr = calloc(1, sizeof *gr);
     if (!gr) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory compiling a constraint");
     atomic_init(&gr->refs, 1);
+    pthread_mutex_init(&gr->rt_mu, NULL);
     cg *g = &gr->g;
     cg_init(g);
     tide_status lst = {0};
@@ -352,28 +361,97 @@ int tide_cons_cache_get(tide_cons_cache *c, tide_cons_kind kind, const char *tex
     return 0;
 }
 
-/* ---- the cursor ----------------------------------------------------------------------- */
+/* ---- the shared runtime and the cursor ---------------------------------------------- */
 
-#define MASK_SLOTS 256
+/* A grammar's runtime for one vocabulary: the matcher (its interned stacks
+ * and positions) and the mask cache, shared by every cursor of the grammar,
+ * so that a position one request has reached is a lookup for the next
+ * (cached constraints are reused across requests). A mutex covers it: the
+ * engine drives cursors from one thread, but nothing forbids more. When it
+ * is half full a fresh one is started for new cursors; the old one lives
+ * until its last cursor is freed. */
+#define MASK_SLOTS 1024
+
+struct cons_rt {
+    atomic_int refs;
+    pthread_mutex_t mu;
+    const tide_cons_vocab *v;
+    cm m;
+    int32_t n_words;
+    uint32_t *masks;        /* [cap_slots][n_words] */
+    int32_t slot_owner[MASK_SLOTS];
+    uint8_t slot_ref[MASK_SLOTS];
+    int n_slots, cap_slots, hand;
+    int32_t *walk;          /* [max_depth + 1] states along the trie path */
+    const int32_t **rows;   /* [max_depth + 1] their successor rows */
+};
+
+static void rt_unref(cons_rt *rt) {
+    if (!rt || atomic_fetch_sub(&rt->refs, 1) != 1) return;
+    cm_free(&rt->m);
+    free(rt->masks);
+    free(rt->walk);
+    free(rt->rows);
+    pthread_mutex_destroy(&rt->mu);
+    free(rt);
+}
+
+static int rt_full(const cons_rt *rt) {
+    return rt->m.n_sets > CM_MAX_SETS / 2 || rt->m.n_nodes > CM_MAX_NODES / 2;
+}
+
+/* The grammar's runtime for v (a new reference). */
+static cons_rt *rt_get(tide_cons_grammar *g, const tide_cons_vocab *v, tide_status *st) {
+    pthread_mutex_lock(&g->rt_mu);
+    cons_rt *rt = g->rt;
+    if (rt) {
+        pthread_mutex_lock(&rt->mu);
+        int stale = rt->v != v || rt_full(rt);
+        pthread_mutex_unlock(&rt->mu);
+        if (stale) {
+            rt_unref(rt);
+            rt = g->rt = NULL;
+        }
+    }
+    if (!rt) {
+        rt = calloc(1, sizeof *rt);
+        if (rt) {
+            atomic_init(&rt->refs, 1);
+            pthread_mutex_init(&rt->mu, NULL);
+            rt->v = v;
+            rt->n_words = (v->n + 31) / 32;
+            rt->walk = malloc(((size_t)v->max_depth + 1) * sizeof *rt->walk);
+            rt->rows = malloc(((size_t)v->max_depth + 1) * sizeof *rt->rows);
+        }
+        if (!rt || !rt->walk || !rt->rows) {
+            if (rt) free(rt->walk), free(rt->rows), pthread_mutex_destroy(&rt->mu), free(rt);
+            pthread_mutex_unlock(&g->rt_mu);
+            tide_fail(st, TIDE_ERR_NOMEM, "out of memory (constraint)");
+            return NULL;
+        }
+        if (cm_init(&rt->m, &g->g, st) != 0) {
+            free(rt->walk), free(rt->rows), pthread_mutex_destroy(&rt->mu), free(rt);
+            pthread_mutex_unlock(&g->rt_mu);
+            return NULL;
+        }
+        g->rt = rt;
+    }
+    atomic_fetch_add(&rt->refs, 1);
+    pthread_mutex_unlock(&g->rt_mu);
+    return rt;
+}
 
 typedef struct hist { int32_t state; uint8_t gated, finished; } hist;
 
 struct tide_cons {
     tide_cons_grammar *gr;
+    cons_rt *rt;
     const tide_cons_vocab *v;
-    cm m;
     int32_t cur;
     int gated, finished;
     int32_t gate;
     hist *h;
     int64_t n_h, cap_h;
-    int32_t n_words;
-    uint32_t *masks;        /* [MASK_SLOTS][n_words] */
-    int32_t slot_owner[MASK_SLOTS];
-    uint8_t slot_ref[MASK_SLOTS];
-    int n_slots, hand;
-    int32_t *walk;          /* [max_depth + 1] states along the trie path */
-    const int32_t **rows;   /* [max_depth + 1] their successor rows (NULL: none yet) */
 };
 
 int tide_cons_new(tide_cons_grammar *g, const tide_cons_vocab *v, tide_cons **out, tide_status *st) {
@@ -383,30 +461,21 @@ int tide_cons_new(tide_cons_grammar *g, const tide_cons_vocab *v, tide_cons **ou
     c->gr = tide_cons_grammar_ref(g);
     c->v = v;
     c->gate = -1;
-    c->n_words = (v->n + 31) / 32;
-    c->walk = malloc(((size_t)v->max_depth + 1) * sizeof *c->walk);
-    c->rows = malloc(((size_t)v->max_depth + 1) * sizeof *c->rows);
-    if (!c->walk || !c->rows || cm_init(&c->m, &g->g, st) != 0) {
-        if (c->walk && c->rows) tide_fail(st, TIDE_ERR_NOMEM, "out of memory (constraint)");
-        free(c->walk);
-        free(c->rows);
+    if (!(c->rt = rt_get(g, v, st))) {
         tide_cons_grammar_unref(c->gr);
         free(c);
         return -1;
     }
-    c->cur = c->m.root;
+    c->cur = c->rt->m.root;
     *out = c;
     return 0;
 }
 
 void tide_cons_free(tide_cons *c) {
     if (!c) return;
-    cm_free(&c->m);
+    rt_unref(c->rt);
     tide_cons_grammar_unref(c->gr);
     free(c->h);
-    free(c->masks);
-    free(c->walk);
-    free(c->rows);
     free(c);
 }
 
@@ -415,14 +484,14 @@ void tide_cons_set_gate(tide_cons *c, int32_t token) {
     c->gated = token >= 0 && c->n_h == 0;
 }
 
-/* Walks the trie from state s into mask (cleared first). */
-static int walk(tide_cons *c, int32_t s, uint32_t *mask, tide_status *st) {
-    const tide_cons_vocab *v = c->v;
-    memset(mask, 0, (size_t)c->n_words * sizeof *mask);
-    int32_t *stk = c->walk;
-    const int32_t **rows = c->rows; /* rows[d]: stk[d]'s row, read once per node it is the parent of */
+/* Walks the trie from state s into mask (cleared first). Under rt->mu. */
+static int walk(cons_rt *rt, int32_t s, uint32_t *mask, tide_status *st) {
+    const tide_cons_vocab *v = rt->v;
+    memset(mask, 0, (size_t)rt->n_words * sizeof *mask);
+    int32_t *stk = rt->walk;
+    const int32_t **rows = rt->rows; /* rows[d]: stk[d]'s row, read once per node it is the parent of */
     stk[0] = s;
-    cm *m = &c->m;
+    cm *m = &rt->m;
     rows[0] = m->sets[s].row;
     /* the trie's arrays in locals: stores into mask and rows cannot alias them */
     const uint16_t *ndepth = v->ndepth;
@@ -457,39 +526,43 @@ static int walk(tide_cons *c, int32_t s, uint32_t *mask, tide_status *st) {
     return 0;
 }
 
-/* The cached mask of state s (computing it on a miss). */
-static const uint32_t *state_mask(tide_cons *c, int32_t s, tide_status *st) {
-    cm_set *set = &c->m.sets[s];
+/* The cached mask of state s (computing it on a miss). Under rt->mu. */
+static const uint32_t *state_mask(cons_rt *rt, int32_t s, tide_status *st) {
+    cm_set *set = &rt->m.sets[s];
     if (set->mask_slot >= 0) {
-        c->slot_ref[set->mask_slot] = 1;
-        return c->masks + (size_t)set->mask_slot * c->n_words;
-    }
-    if (!c->masks) {
-        c->masks = malloc((size_t)MASK_SLOTS * c->n_words * sizeof *c->masks);
-        if (!c->masks) {
-            tide_fail(st, TIDE_ERR_NOMEM, "out of memory (constraint masks)");
-            return NULL;
-        }
+        rt->slot_ref[set->mask_slot] = 1;
+        return rt->masks + (size_t)set->mask_slot * rt->n_words;
     }
     int slot;
-    if (c->n_slots < MASK_SLOTS) slot = c->n_slots++;
-    else { /* clock */
-        while (c->slot_ref[c->hand]) {
-            c->slot_ref[c->hand] = 0;
-            c->hand = (c->hand + 1) % MASK_SLOTS;
+    if (rt->n_slots < MASK_SLOTS) {
+        if (rt->n_slots == rt->cap_slots) {
+            int cap = rt->cap_slots ? 2 * rt->cap_slots : 16;
+            uint32_t *mk = realloc(rt->masks, (size_t)cap * rt->n_words * sizeof *mk);
+            if (!mk) {
+                tide_fail(st, TIDE_ERR_NOMEM, "out of memory (constraint masks)");
+                return NULL;
+            }
+            rt->masks = mk;
+            rt->cap_slots = cap;
         }
-        slot = c->hand;
-        c->hand = (c->hand + 1) % MASK_SLOTS;
-        c->m.sets[c->slot_owner[slot]].mask_slot = -1;
+        slot = rt->n_slots++;
+    } else { /* clock */
+        while (rt->slot_ref[rt->hand]) {
+            rt->slot_ref[rt->hand] = 0;
+            rt->hand = (rt->hand + 1) % MASK_SLOTS;
+        }
+        slot = rt->hand;
+        rt->hand = (rt->hand + 1) % MASK_SLOTS;
+        rt->m.sets[rt->slot_owner[slot]].mask_slot = -1;
     }
-    uint32_t *mask = c->masks + (size_t)slot * c->n_words;
-    if (walk(c, s, mask, st) != 0) {
-        if (slot == c->n_slots - 1 && c->n_slots <= MASK_SLOTS) c->n_slots--;
+    uint32_t *mask = rt->masks + (size_t)slot * rt->n_words;
+    if (walk(rt, s, mask, st) != 0) {
+        if (slot == rt->n_slots - 1) rt->n_slots--;
         return NULL;
     }
-    c->m.sets[s].mask_slot = slot; /* sets may have moved during the walk */
-    c->slot_owner[slot] = s;
-    c->slot_ref[slot] = 1;
+    rt->m.sets[s].mask_slot = slot; /* sets may have moved during the walk */
+    rt->slot_owner[slot] = s;
+    rt->slot_ref[slot] = 1;
     return mask;
 }
 
@@ -500,17 +573,20 @@ int tide_cons_mask(tide_cons *c, uint32_t *allow, const int32_t *end, int n_end,
         return 0;
     }
     if (c->finished) return tide_fail(st, TIDE_ERR_INVALID, "constraint: the output is already complete");
-    const uint32_t *mask = state_mask(c, c->cur, st);
+    cons_rt *rt = c->rt;
+    pthread_mutex_lock(&rt->mu);
+    const uint32_t *mask = state_mask(rt, c->cur, st);
+    if (mask) memcpy(allow, mask, (size_t)rt->n_words * sizeof *allow);
+    int acc = cm_accepting(&rt->m, c->cur);
+    pthread_mutex_unlock(&rt->mu);
     if (!mask) return -1;
-    memcpy(allow, mask, (size_t)c->n_words * sizeof *allow);
-    int acc = cm_accepting(&c->m, c->cur);
     for (int i = 0; i < n_end; i++) {
         int32_t t = end[i];
         if (t < 0 || t >= c->v->n) continue;
         if (acc) allow[t >> 5] |= 1u << (t & 31);
         else allow[t >> 5] &= ~(1u << (t & 31));
     }
-    for (int32_t w = 0; w < c->n_words; w++)
+    for (int32_t w = 0; w < rt->n_words; w++)
         if (allow[w]) return 0;
     return tide_fail(st, TIDE_ERR_INVALID,
                      "constraint: no token can continue the output (after %lld tokens; no end token is available "
@@ -544,18 +620,19 @@ int tide_cons_accept(tide_cons *c, int32_t t, const int32_t *end, int n_end, tid
     }
     if (c->finished) return tide_fail(st, TIDE_ERR_INVALID, "constraint: token %d after the end", (int)t);
     if (is_end(t, end, n_end)) {
-        if (!cm_accepting(&c->m, c->cur))
+        if (!tide_cons_complete(c))
             return tide_fail(st, TIDE_ERR_INVALID, "constraint: end token %d before the output is complete", (int)t);
         if (push_hist(c, st)) return -1;
         c->finished = 1;
         return 0;
     }
     if (c->v->skip[t]) return tide_fail(st, TIDE_ERR_INVALID, "constraint: token %d is not text", (int)t);
-    int32_t s = cm_step_bytes(&c->m, c->cur, c->v->bytes + c->v->off[t], c->v->off[t + 1] - c->v->off[t]);
-    if (s == CM_ERROR) {
-        if (st) *st = c->m.st;
-        return -1;
-    }
+    cons_rt *rt = c->rt;
+    pthread_mutex_lock(&rt->mu);
+    int32_t s = cm_step_bytes(&rt->m, c->cur, c->v->bytes + c->v->off[t], c->v->off[t + 1] - c->v->off[t]);
+    if (s == CM_ERROR && st) *st = rt->m.st;
+    pthread_mutex_unlock(&rt->mu);
+    if (s == CM_ERROR) return -1;
     if (s < 0) return tide_fail(st, TIDE_ERR_INVALID, "constraint: token %d does not continue a valid output", (int)t);
     if (push_hist(c, st)) return -1;
     c->cur = s;
@@ -574,9 +651,29 @@ int tide_cons_rollback(tide_cons *c, int n, tide_status *st) {
     return 0;
 }
 
-int tide_cons_complete(const tide_cons *c) { return !c->gated && (c->finished || cm_accepting(&c->m, c->cur)); }
+/* The position's flags, read under the runtime's lock (other cursors may
+ * grow its arrays). */
+static void flags(const tide_cons *c, int *accept, int *open) {
+    pthread_mutex_lock(&c->rt->mu);
+    *accept = cm_accepting(&c->rt->m, c->cur);
+    *open = cm_open(&c->rt->m, c->cur);
+    pthread_mutex_unlock(&c->rt->mu);
+}
+
+int tide_cons_complete(const tide_cons *c) {
+    if (c->gated) return 0;
+    if (c->finished) return 1;
+    int acc, open;
+    flags(c, &acc, &open);
+    return acc;
+}
+
 int tide_cons_done(const tide_cons *c) {
-    return !c->gated && (c->finished || (cm_accepting(&c->m, c->cur) && !cm_open(&c->m, c->cur)));
+    if (c->gated) return 0;
+    if (c->finished) return 1;
+    int acc, open;
+    flags(c, &acc, &open);
+    return acc && !open;
 }
 int64_t tide_cons_n_accepted(const tide_cons *c) { return c->n_h; }
 int32_t tide_cons_vocab_size_of(const tide_cons *c) { return c->v->n; }
