@@ -150,9 +150,8 @@ int tide_bench_grammar(int argc, char **argv) {
             samples *per = k == TIDE_CONS_REGEX ? &mask_r : k == TIDE_CONS_GBNF ? &mask_g : &mask_s;
             int64_t i = 0;
             for (; i < tokens; i++) {
-                int fa;
                 double m0 = cpu_now();
-                int mrc = tide_cons_mask(c, allow, &end, 1, &fa, &st);
+                int mrc = tide_cons_mask(c, allow, &end, 1, &st);
                 double m1 = cpu_now();
                 if (mrc != 0) {
                     fprintf(stderr, "corpus line %d, token %lld: %s\n", n_items, (long long)i, st.msg);

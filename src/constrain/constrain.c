@@ -566,10 +566,13 @@ static const uint32_t *state_mask(cons_rt *rt, int32_t s, tide_status *st) {
     return mask;
 }
 
-int tide_cons_mask(tide_cons *c, uint32_t *allow, const int32_t *end, int n_end, int *free_all, tide_status *st) {
-    *free_all = 0;
-    if (c->gated) {
-        *free_all = 1;
+int tide_cons_mask(tide_cons *c, uint32_t *allow, const int32_t *end, int n_end, tide_status *st) {
+    if (c->gated) { /* free text, but the answer must still come */
+        int32_t n = c->v->n, words = (n + 31) / 32;
+        memset(allow, 0xff, (size_t)words * sizeof *allow);
+        if (n % 32) allow[words - 1] = (1u << (n % 32)) - 1;
+        for (int i = 0; i < n_end; i++)
+            if (end[i] >= 0 && end[i] < n && end[i] != c->gate) allow[end[i] >> 5] &= ~(1u << (end[i] & 31));
         return 0;
     }
     if (c->finished) return tide_fail(st, TIDE_ERR_INVALID, "constraint: the output is already complete");

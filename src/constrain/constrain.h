@@ -73,10 +73,10 @@ void tide_cons_set_gate(tide_cons *c, int32_t token);
 
 /* The mask for the next token: bit (t & 31) of allow[t >> 5] set = token t
  * allowed; allow has (n_vocab + 31) / 32 words (the vocabulary's size). The
- * end tokens are allowed exactly when the text so far is complete. Returns
- * 0; -1 (st) on a matcher limit, or when nothing at all is allowed.
- * *free_all set (and allow untouched) while the gate is closed. */
-int tide_cons_mask(tide_cons *c, uint32_t *allow, const int32_t *end, int n_end, int *free_all, tide_status *st);
+ * end tokens are allowed exactly when the text so far is complete. While
+ * the gate is closed (the thinking block), every token but the end tokens.
+ * Returns 0; -1 (st) on a matcher limit, or when nothing at all is allowed. */
+int tide_cons_mask(tide_cons *c, uint32_t *allow, const int32_t *end, int n_end, tide_status *st);
 /* Advances past token t (an end token: only where the text is complete;
  * the cursor is then finished). Fails when t is not allowed. */
 int tide_cons_accept(tide_cons *c, int32_t t, const int32_t *end, int n_end, tide_status *st);

@@ -424,16 +424,14 @@ static int bad_logits(tide_engine *e, tide_req *q, const float *logits) {
 static int constraint_mask(tide_engine *e, tide_req *q, int k, const uint32_t **allow) {
     size_t words = ((size_t)e->vocab + 31) / 32;
     uint32_t *m = e->cmask + (size_t)k * words;
-    int free_all = 0;
     tide_status st = {0};
-    if (tide_cons_mask(q->cons, m, q->sp.stop_tokens, q->sp.n_stop_tokens, &free_all, &st) != 0) {
+    if (tide_cons_mask(q->cons, m, q->sp.stop_tokens, q->sp.n_stop_tokens, &st) != 0) {
         char msg[TIDE_STATUS_MSG + 64];
         snprintf(msg, sizeof msg, "request %lld: %s", (long long)q->id, st.msg);
         tide_req_set_error(q, msg);
         finish(e, q, TIDE_FINISH_ERROR);
         return 1;
     }
-    if (free_all) return 0; /* before the gate (the thinking block): unconstrained */
     for (size_t w = 0; w < words; w++) m[w] &= e->allow[w];
     *allow = m;
     return 0;
@@ -448,9 +446,8 @@ static void prefetch_masks(tide_engine *e) {
     for (int i = 0; i < f->n_items; i++) {
         tide_req *q = f->items[i].req;
         if (f->items[i].logits != TIDE_LOGITS_LAST || !q->cons) continue;
-        int free_all;
         tide_status st = {0};
-        tide_cons_mask(q->cons, e->cmask, q->sp.stop_tokens, q->sp.n_stop_tokens, &free_all, &st);
+        tide_cons_mask(q->cons, e->cmask, q->sp.stop_tokens, q->sp.n_stop_tokens, &st);
     }
 }
 
