@@ -141,7 +141,7 @@ static void test_errors(void **state) {
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(?!x)\"}", "#/pattern");
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"oneOf\": [{\"type\":\"string\"}, {\"minLength\": 2}]}", "oneOf");
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\": 100000}", "limit");
-    expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\": 0.5}", "integers");
+    expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\": 1e-9}", "below 1e-6");
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"$ref\": \"#\"}", "left recursion");
     expect_error(TIDE_CONS_GBNF, "root ::= x\nx ::= x \"a\" | \"b\"", "left recursion");
     expect_error(TIDE_CONS_GBNF, "root ::= y", "\"y\" is used but never defined");
@@ -176,6 +176,13 @@ static void test_schema(void **state) {
         {"{\"type\":\"number\",\"minimum\":0,\"maximum\":10}", {"0", "0.5", "10", "10.00", "9.999"}, {"-0.5", "10.01", "11", "-1"}},
         {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}", {"0.5", "0.001"}, {"0", "1", "0.0", "1.0"}},
         {"{\"type\":\"number\",\"minimum\":-2,\"maximum\":-1}", {"-1", "-1.5", "-2"}, {"-2.5", "0", "-0.5"}},
+        {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":2.25}", {"0.5", "0.50", "1", "2.25", "2.2", "0.99", "2.250"},
+         {"0.49", "0.4999", "2.251", "2.3", "3", "0", "-1"}},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0.5,\"exclusiveMaximum\":0.57}", {"0.51", "0.5001", "0.5699"},
+         {"0.5", "0.50", "0.57", "0.570", "0.58", "0.4"}},
+        {"{\"type\":\"number\",\"minimum\":-1.5,\"exclusiveMaximum\":-0.25}", {"-1.5", "-1", "-0.3", "-0.2501"},
+         {"-1.51", "-0.25", "-0.2", "0", "-2"}},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":-0.1}", {"-0.09", "0", "5.5", "-0.0999"}, {"-0.1", "-0.10", "-1", "-0.11"}},
         {"{\"type\":\"string\"}", {"\"\"", "\"a b\"", "\"\\\"\\\\\\n\"", "\"\xc3\xa9\""}, {"\"\n\"", "\"\\u0041\"", "a", "\"\\x\""}},
         {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", {"\"ab\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\n\\t\""}, {"\"a\"", "\"abcd\""}},
         {"{\"type\":\"string\",\"pattern\":\"^a+$\"}", {"\"a\"", "\"aaa\""}, {"\"\"", "\"ab\""}},
@@ -225,6 +232,44 @@ static void test_schema(void **state) {
         for (int k = 0; k < 10 && cases[i].no[k]; k++) {
             if (matches(g, cases[i].no[k]) != 0) fprintf(stderr, "%s should reject %s\n", cases[i].schema, cases[i].no[k]);
             assert_int_equal(matches(g, cases[i].no[k]), 0);
+        }
+        tide_cons_grammar_unref(g);
+    }
+}
+
+/* Number bounds with decimals against comparing the parsed values, on
+ * random bounds and random numbers (seed printed). */
+static void test_number_bounds(void **state) {
+    (void)state;
+    tu_rng r = {tu_seed() ^ 0x5eed};
+    for (int rep = 0; rep < 40; rep++) {
+        /* bounds with up to 3 decimals in [-30, 30] */
+        double a = (double)((int64_t)(tu_next(&r) % 60001) - 30000) / 1000, b = (double)((int64_t)(tu_next(&r) % 60001) - 30000) / 1000;
+        if (tu_next(&r) % 4 == 0) b = a + (double)(tu_next(&r) % 3) / 100;
+        if (a > b) { double t = a; a = b; b = t; }
+        int xa = (int)(tu_next(&r) % 2), xb = (int)(tu_next(&r) % 2);
+        char ta[32], tb[32]; /* the bounds as the schema writes them */
+        snprintf(ta, sizeof ta, "%.3f", a);
+        snprintf(tb, sizeof tb, "%.3f", b);
+        a = strtod(ta, NULL);
+        b = strtod(tb, NULL);
+        char schema[256];
+        snprintf(schema, sizeof schema, "{\"type\":\"number\",\"%s\":%.3f,\"%s\":%.3f}", xa ? "exclusiveMinimum" : "minimum", a,
+                 xb ? "exclusiveMaximum" : "maximum", b);
+        tide_cons_grammar *g = compile_ok(TIDE_CONS_JSON_SCHEMA, schema);
+        for (int k = 0; k < 200; k++) {
+            /* numbers near the bounds, plain decimal, sometimes padded with zeros */
+            double base = tu_next(&r) % 2 ? a : b;
+            double x = base + (double)((int64_t)(tu_next(&r) % 2001) - 1000) / (tu_next(&r) % 2 ? 1000 : 10000);
+            char t[64];
+            int dec = (int)(tu_next(&r) % 6);
+            snprintf(t, sizeof t, "%.*f", dec, x);
+            if (t[0] == '-' && strspn(t + 1, "0.") == strlen(t + 1)) continue; /* a negative zero: never written */
+            double v = strtod(t, NULL);
+            int want = (xa ? v > a : v >= a) && (xb ? v < b : v <= b);
+            int got = matches(g, t);
+            if (got != want) fprintf(stderr, "%s: \"%s\" grammar %d, value %d\n", schema, t, got, want);
+            assert_int_equal(got, want);
         }
         tide_cons_grammar_unref(g);
     }
@@ -380,6 +425,7 @@ int main(void) {
         cmocka_unit_test(test_gbnf),
         cmocka_unit_test(test_tool_calls),
         cmocka_unit_test(test_schema),
+        cmocka_unit_test(test_number_bounds),
         cmocka_unit_test(test_canon),
         cmocka_unit_test(test_mask_brute),
         cmocka_unit_test(test_gate_and_cache),

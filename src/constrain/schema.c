@@ -303,24 +303,79 @@ static int32_t int_range(sc *c, int has_lo, long long lo, int has_hi, long long 
     return chk(c, cg_list(c->g, CA_ALT, parts, np));
 }
 
-/* Magnitudes "int(.frac)?" with value in [lo, hi] (hi < 0: unbounded),
- * lo_in / hi_in: inclusive. lo, hi integers >= 0. */
-static int32_t mag_range(sc *c, long long lo, int lo_in, long long hi, int hi_in) {
+/* A non-negative decimal bound: integer part and fraction digits (no
+ * trailing zeros). */
+typedef struct dec { long long ip; char f[24]; int nf; } dec;
+
+/* |v| as a decimal, from its shortest round-trip text; -1 when that text
+ * needs an exponent (|v| < 1e-6 or >= 1e21). */
+static int to_dec(double v, dec *d) {
+    char t[64];
+    tide_json_number_js(fabs(v), t, sizeof t);
+    if (strchr(t, 'e')) return -1;
+    const char *dot = strchr(t, '.');
+    d->ip = strtoll(t, NULL, 10);
+    d->nf = 0;
+    if (dot)
+        for (const char *p = dot + 1; *p && d->nf < (int)sizeof d->f - 1; p++) d->f[d->nf++] = *p;
+    while (d->nf > 0 && d->f[d->nf - 1] == '0') d->nf--;
+    d->f[d->nf] = 0;
+    return 0;
+}
+
+/* Fraction digits from position i on, given that the digits so far equal
+ * lo's (tlo) and / or hi's (thi): the strings keeping the value within the
+ * bounds. need: at least one digit (right after the '.'). */
+static int32_t frac_digits(sc *c, const dec *lo, int tlo, int lo_in, const dec *hi, int thi, int hi_in, int i, int need) {
+    int lo_rest0 = i >= lo->nf, hi_rest0 = !thi || i >= hi->nf;
+    int32_t any = chk(c, cg_rep(c->g, digit(c, '0', '9'), need ? 1 : 0, -1));
+    if (!tlo && !thi) return any;
+    if (tlo && lo_rest0 && !thi) /* >= lo whatever follows; > lo needs a non-zero digit */
+        return lo_in ? any : seq(c, 3, star(c, digit(c, '0', '9')), digit(c, '1', '9'), star(c, digit(c, '0', '9')));
+    if (thi && hi_rest0 && (!tlo || lo_rest0)) /* only zeros keep it <= hi (== hi) */
+        return hi_in && (!tlo || lo_in) ? chk(c, cg_rep(c->g, lit(c, "0"), need ? 1 : 0, -1)) : chk(c, cg_none(c->g));
+    cg_vec alts = {0};
+    /* the digits may end here: the rest is zero */
+    int end_ok = !need && (!tlo || (lo_rest0 && lo_in)) && (!thi || !hi_rest0 || hi_in);
+    if (end_ok) cg_vec_push(c->g, &alts, chk(c, cg_empty(c->g)));
+    char a = tlo && i < lo->nf ? lo->f[i] : '0', b = thi && i < hi->nf ? hi->f[i] : '9';
+    /* digits below a or above b are out; a and b keep their bound tight */
+    for (char x = a; x <= b;) {
+        int nlo = tlo && x == a, nhi = thi && x == b; /* (in this loop thi implies i < hi->nf) */
+        char y = x;
+        if (!nlo && !nhi) /* the run of digits that free both bounds */
+            while (y + 1 <= b && !(thi && y + 1 == b)) y++;
+        cg_vec_push(c->g, &alts, seq(c, 2, digit(c, x, y), frac_digits(c, lo, nlo, lo_in, hi, nhi, hi_in, i + 1, 0)));
+        x = (char)(y + 1);
+    }
+    int32_t r = chk(c, cg_list(c->g, CA_ALT, alts.v, alts.n));
+    cg_vec_free(&alts);
+    return r;
+}
+
+/* The optional fraction after an integer part equal to lo's (tlo) and / or
+ * hi's (thi). */
+static int32_t frac_bounded(sc *c, const dec *lo, int tlo, int lo_in, const dec *hi, int thi, int hi_in) {
+    int end_ok = (!tlo || (lo->nf == 0 && lo_in)) && (!thi || hi->nf > 0 || hi_in);
+    int32_t more = seq(c, 2, lit(c, "."), frac_digits(c, lo, tlo, lo_in, hi, thi, hi_in, 0, 1));
+    return end_ok ? opt(c, more) : more;
+}
+
+/* Magnitudes "int(.frac)?" with value in [lo, hi] (hi NULL: unbounded),
+ * lo_in / hi_in: inclusive. */
+static int32_t mag_range(sc *c, const dec *lo, int lo_in, const dec *hi, int hi_in) {
     cg_vec v = {0};
-    int32_t frac = frac_any(c);
-    /* a fraction with a non-zero digit; a fraction of zeros */
-    int32_t nzfrac = seq(c, 4, lit(c, "."), star(c, digit(c, '0', '9')), digit(c, '1', '9'), star(c, digit(c, '0', '9')));
-    int32_t zfrac = seq(c, 2, lit(c, "."), chk(c, cg_rep(c->g, lit(c, "0"), 1, -1)));
     char s[24];
-    snprintf(s, sizeof s, "%lld", lo);
-    if (hi >= 0 && lo == hi) {
-        if (lo_in && hi_in) cg_vec_push(c->g, &v, seq(c, 2, lit(c, s), opt(c, zfrac)));
-    } else {
-        cg_vec_push(c->g, &v, seq(c, 2, lit(c, s), lo_in ? opt(c, frac) : nzfrac));
-        if (hi < 0 || lo + 1 <= hi - 1) cg_vec_push(c->g, &v, seq(c, 2, nonneg_range(c, lo + 1, hi < 0 ? -1 : hi - 1), opt(c, frac)));
-        if (hi >= 0 && hi_in) {
-            snprintf(s, sizeof s, "%lld", hi);
-            cg_vec_push(c->g, &v, seq(c, 2, lit(c, s), opt(c, zfrac)));
+    snprintf(s, sizeof s, "%lld", lo->ip);
+    if (hi && lo->ip == hi->ip) cg_vec_push(c->g, &v, seq(c, 2, lit(c, s), frac_bounded(c, lo, 1, lo_in, hi, 1, hi_in)));
+    else {
+        static const dec none = {0, "", 0};
+        cg_vec_push(c->g, &v, seq(c, 2, lit(c, s), frac_bounded(c, lo, 1, lo_in, &none, 0, 1)));
+        if (!hi || lo->ip + 1 <= hi->ip - 1)
+            cg_vec_push(c->g, &v, seq(c, 2, nonneg_range(c, lo->ip + 1, hi ? hi->ip - 1 : -1), opt(c, frac_any(c))));
+        if (hi) {
+            snprintf(s, sizeof s, "%lld", hi->ip);
+            cg_vec_push(c->g, &v, seq(c, 2, lit(c, s), frac_bounded(c, &none, 0, 1, hi, 1, hi_in)));
         }
     }
     int32_t x = chk(c, cg_list(c->g, CA_ALT, v.v, v.n));
@@ -535,31 +590,26 @@ static int32_t numbers(sc *c, const json_t *s, int integer, const char *path) {
         if (hxmax) { long long h = (long long)ceil(xmx) - 1; if (!has_hi || h < hi) hi = h; has_hi = 1; }
         return int_range(c, has_lo, lo, has_hi, hi);
     }
-    /* numbers: integer-valued bounds only (plain decimal form, no exponent) */
+    /* numbers with bounds: plain decimal form (no exponent), sign and magnitude */
     double lo = -INFINITY, hi = INFINITY;
     int lo_in = 1, hi_in = 1;
     if (hmin) lo = mn;
     if (hxmin && xmn >= lo) { lo = xmn; lo_in = 0; }
     if (hmax) hi = mx;
     if (hxmax && xmx <= hi) { hi = xmx; hi_in = 0; }
-    if ((isfinite(lo) && lo != floor(lo)) || (isfinite(hi) && hi != floor(hi)))
+    dec dlo = {0, "", 0}, dhi = {0, "", 0};
+    if ((isfinite(lo) && to_dec(lo, &dlo)) || (isfinite(hi) && to_dec(hi, &dhi)))
         return sc_fail(c, TIDE_ERR_UNSUPPORTED, path,
-                       "number bounds must be integers to be enforced (got [%g, %g]); use \"type\": \"integer\" or "
-                       "integer bounds", lo, hi);
+                       "number bounds [%g, %g]: bounds below 1e-6 in magnitude are not supported", lo, hi);
     if (lo > hi || (lo == hi && !(lo_in && hi_in))) return chk(c, cg_none(c->g));
+    static const dec zero = {0, "", 0};
     int32_t parts[2];
     int np = 0;
-    if (hi > 0 || (hi == 0 && hi_in)) { /* x >= 0 side */
-        long long a = lo > 0 ? (long long)lo : 0;
-        int a_in = lo > 0 ? lo_in : 1;
-        if (lo == 0) a_in = lo_in;
-        parts[np++] = mag_range(c, a, a_in, isfinite(hi) ? (long long)hi : -1, hi_in);
-    }
-    if (lo < 0) { /* x < 0: magnitude in (max(-hi, 0), -lo] */
-        long long a = hi < 0 ? (long long)-hi : 0;
-        int a_in = hi < 0 ? hi_in : 0;
-        parts[np++] = seq(c, 2, lit(c, "-"), mag_range(c, a, a_in, isfinite(lo) ? (long long)-lo : -1, lo_in));
-    }
+    if (hi > 0 || (hi == 0 && hi_in)) /* x >= 0: magnitude in [max(lo, 0), hi] */
+        parts[np++] = mag_range(c, lo > 0 ? &dlo : &zero, lo >= 0 ? lo_in : 1, isfinite(hi) ? &dhi : NULL, hi_in);
+    if (lo < 0) /* x < 0: magnitude in (max(-hi, 0), -lo] */
+        parts[np++] = seq(c, 2, lit(c, "-"), mag_range(c, hi < 0 ? &dhi : &zero, hi < 0 ? hi_in : 0,
+                                                     isfinite(lo) ? &dlo : NULL, lo_in));
     return chk(c, cg_list(c->g, CA_ALT, parts, np));
 }
 
