@@ -140,6 +140,9 @@ static void test_errors(void **state) {
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\": ", "not JSON");
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(?!x)\"}", "#/pattern");
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"oneOf\": [{\"type\":\"string\"}, {\"minLength\": 2}]}", "oneOf");
+    expect_error(TIDE_CONS_JSON_SCHEMA,
+                 "{\"oneOf\": [{\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"]}, {\"properties\":{\"k\":{\"const\":2}}}]}",
+                 "oneOf"); /* no "type": "object": any non-object matches both */
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\": 100000}", "limit");
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\": 1e-9}", "below 1e-6");
     expect_error(TIDE_CONS_JSON_SCHEMA, "{\"$ref\": \"#\"}", "left recursion");
@@ -207,6 +210,10 @@ static void test_schema(void **state) {
         {"{\"type\":\"array\",\"prefixItems\":[{\"const\":1}],\"minItems\":3}", {"[1,true,null]", "[1,2,3,4]"}, {"[1]", "[1,2]", "[2,3,4]"}},
         {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}", {"1", "\"a\""}, {"\"ab\"", "1.5"}},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}", {"1", "\"a\""}, {"null"}},
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"a\"},\"x\":{\"type\":\"integer\"}},\"required\":[\"k\",\"x\"],"
+         "\"additionalProperties\":false},{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"b\",\"c\"]}},\"required\":[\"k\"],"
+         "\"additionalProperties\":false}]}",
+         {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"c\"}"}, {"{\"k\":\"a\"}", "{\"k\":\"b\",\"x\":1}"}},
         {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}},{\"required\":[\"a\"]}]}",
          {"{\"a\":1}"}, {"{}"}},
         {"{\"allOf\":[{\"type\":\"integer\",\"minimum\":0},{\"maximum\":5}]}", {"0", "5"}, {"6", "-1"}},

@@ -1304,6 +1304,39 @@ static json_t *branch_values(const json_t *b) {
     return json_is_array(en) ? json_incref((json_t *)en) : NULL;
 }
 
+/* Whether a value could satisfy both lists of values (const/enum). */
+static int values_meet(const json_t *va, const json_t *vb) {
+    for (size_t x = 0; x < json_array_size(va); x++)
+        for (size_t y = 0; y < json_array_size(vb); y++)
+            if (json_equal(json_array_get(va, x), json_array_get(vb, y))) return 1;
+    return 0;
+}
+
+static int is_required(const json_t *b, const char *k) {
+    const json_t *req = json_object_get(b, "required");
+    for (size_t i = 0; i < json_array_size(req); i++)
+        if (json_is_string(json_array_get(req, i)) && !strcmp(json_string_value(json_array_get(req, i)), k)) return 1;
+    return 0;
+}
+
+/* Two object-only branches told apart by a discriminator: a property both
+ * require, with const/enum values no value satisfies in both. */
+static int discriminated(const json_t *a, const json_t *b) {
+    const json_t *pa = json_object_get(a, "properties"), *pb = json_object_get(b, "properties");
+    const char *k;
+    json_t *sa;
+    json_object_foreach((json_t *)pa, k, sa) {
+        const json_t *sb = json_object_get(pb, k);
+        if (!sb || !is_required(a, k) || !is_required(b, k)) continue;
+        json_t *va = branch_values(sa), *vb = branch_values(sb);
+        int apart = va && vb && !values_meet(va, vb);
+        json_decref(va);
+        json_decref(vb);
+        if (apart) return 1;
+    }
+    return 0;
+}
+
 int tide_schema_branches_disjoint(const json_t *list) {
     size_t n = json_array_size(list);
     for (size_t i = 0; i < n; i++)
@@ -1311,13 +1344,8 @@ int tide_schema_branches_disjoint(const json_t *list) {
             const json_t *a = json_array_get(list, i), *b = json_array_get(list, j);
             if (!(branch_types(a) & branch_types(b))) continue;
             json_t *va = branch_values(a), *vb = branch_values(b);
-            int ok = 0;
-            if (va && vb) {
-                ok = 1;
-                for (size_t x = 0; x < json_array_size(va) && ok; x++)
-                    for (size_t y = 0; y < json_array_size(vb) && ok; y++)
-                        if (json_equal(json_array_get(va, x), json_array_get(vb, y))) ok = 0;
-            }
+            int ok = (va && vb && !values_meet(va, vb)) ||
+                     (branch_types(a) == T_OBJ && branch_types(b) == T_OBJ && discriminated(a, b));
             json_decref(va);
             json_decref(vb);
             if (!ok) return 0;
