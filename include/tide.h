@@ -187,6 +187,14 @@ typedef struct tide_request {
     /* Prefix-cache isolation: requests share cached pages only with requests
      * of the same salt (e.g. a hash of the tenant id). Default 0. */
     uint64_t cache_salt;
+    /* Optional output constraint (src/constrain/constrain.h, docs/
+     * structured.md): a cursor whose vocabulary is the engine's. Each
+     * sampled token is drawn from the tokens it allows (end tokens only
+     * where the output is complete) and advances it; the request stops
+     * (TIDE_FINISH_STOP) when nothing but an end can follow. The engine owns
+     * it from the call on: freed with the request, or at once when
+     * tide_engine_submit fails. */
+    struct tide_cons *constraint;
 } tide_request;
 
 tide_request tide_request_default(void);

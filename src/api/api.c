@@ -37,6 +37,7 @@ void tide_api_req_free(tide_api_req *req) {
     json_decref(req->gen.json_schema);
     free(req->gen.logit_bias);
     free(req->gen.stop_token_ids);
+    free(req->gen.guided_text);
     free(req->prompt);
     free(req->prompt_ids);
     memset(req, 0, sizeof *req);

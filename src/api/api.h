@@ -72,6 +72,13 @@ typedef struct tide_gen {
     int ignore_eos;            /* do not stop at the model's end ids (extension) */
     int32_t *stop_token_ids;   /* owned; extra ids that end generation (extension) */
     size_t n_stop_token_ids;
+    /* An output constraint from the extensions (guided_regex, guided_json,
+     * guided_grammar, guided_choice, structured_outputs: api/req_guided.c):
+     * guided = 1 + a tide_cons_kind (0: none; response_format then decides),
+     * guided_text its text (owned), guided_param the field it came from. */
+    int guided;
+    char *guided_text;
+    const char *guided_param;
 } tide_gen;
 
 #define TIDE_GEN_MAX_N 16

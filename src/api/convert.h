@@ -13,6 +13,10 @@ int tide_convert_completions(json_t *root, tide_api_req *req, tide_api_err *err)
  * top_k / stop (req_sampling.c): min_p, the three penalties, logit_bias,
  * ignore_eos, stop_token_ids, and (when `with_n`) n. */
 int tide_read_sampling_extras(json_t *root, tide_gen *g, int with_n, tide_api_err *err);
+/* The constraint extensions (req_guided.c): guided_regex, guided_json,
+ * guided_grammar, guided_choice, and structured_outputs {json, regex,
+ * grammar, choice}; at most one. */
+int tide_read_guided(json_t *root, tide_gen *g, tide_api_err *err);
 /* Chat Completions: "logprobs" (already read: `logprobs`) and
  * "top_logprobs" 0..20, which needs logprobs. */
 int tide_read_chat_logprobs(json_t *root, tide_gen *g, int logprobs, tide_api_err *err);

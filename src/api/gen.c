@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "constrain/constrain.h"
 #include "text/render.h"
 
 /* ---- creation ---- */
@@ -41,6 +42,7 @@ int tide_gen_create(const tide_engine_config *cfg, const char *tokenizer, tide_g
     if (!g) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
+    pthread_mutex_init(&g->cmu, NULL);
     g->pending_tail = &g->pending;
     g->next_id = 1;
     char path[4096];
@@ -308,7 +310,10 @@ void tide_gen_destroy(tide_gen_engine *g) {
     tide_tokenizer_free(g->tok);
     free(g->cancels);
     free(g->release);
+    tide_cons_vocab_free(g->cvocab);
+    tide_cons_cache_free(g->ccache);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
+    pthread_mutex_destroy(&g->cmu);
     free(g);
 }

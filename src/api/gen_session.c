@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "constrain/constrain.h"
 #include "text/prompt_tok.h"
 #include "text/render.h"
 
@@ -109,6 +110,68 @@ static int fit_context(gen_session *s, const tide_api_req *req, tide_status *st)
     return 0;
 }
 
+/* The request's output constraint (the guided_* extensions, else a JSON
+ * response_format), compiled through the engine's cache; with the prompt
+ * ending inside the thinking block it applies after </think>. */
+static int constraint(gen_session *s, const tide_api_req *req, int in_reasoning, tide_status *st) {
+    const tide_gen *gen = &req->gen;
+    tide_gen_engine *g = s->g;
+    s->cgate = -1;
+    tide_cons_kind kind;
+    const char *param;
+    char *text = NULL;
+    int forced = (gen->tool_choice == TIDE_TOOLS_REQUIRED || gen->tool_choice == TIDE_TOOLS_NAMED) &&
+                 req->conv.n_tools > 0;
+    if (forced && (gen->guided || gen->format != TIDE_FMT_TEXT))
+        return tide_fail(st, TIDE_ERR_INVALID, "tool_choice: a forced tool call cannot be combined with another output "
+                         "constraint (%s)", gen->guided ? gen->guided_param : "response_format");
+    if (forced) { /* a forced call: its DSML block with arguments per the tools' schemas */
+        kind = TIDE_CONS_TOOLS;
+        param = "tools";
+        json_t *spec = json_pack("{s:[], s:b}", "tools", "parallel", gen->parallel_tool_calls);
+        for (size_t i = 0; spec && i < req->conv.n_tools; i++) {
+            const tide_tool *t = &req->conv.tools[i];
+            json_t *one = json_pack("{s:s}", "name", t->name);
+            if (one && t->parameters) json_object_set(one, "parameters", t->parameters);
+            json_array_append_new(json_object_get(spec, "tools"), one);
+        }
+        text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+        json_decref(spec);
+    } else if (gen->guided) {
+        if (gen->format != TIDE_FMT_TEXT)
+            return tide_fail(st, TIDE_ERR_INVALID, "%s: only one output constraint per request (a JSON response format "
+                             "is given too)", gen->guided_param);
+        kind = (tide_cons_kind)(gen->guided - 1);
+        param = gen->guided_param;
+        text = strdup(gen->guided_text);
+    } else if (gen->format == TIDE_FMT_JSON_OBJECT) {
+        kind = TIDE_CONS_JSON_OBJECT;
+        param = "response_format";
+        text = strdup("");
+    } else if (gen->format == TIDE_FMT_JSON_SCHEMA) {
+        kind = TIDE_CONS_JSON_SCHEMA;
+        param = "response_format.json_schema.schema";
+        text = json_dumps(gen->json_schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    } else return 0;
+    if (!text) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+    pthread_mutex_lock(&g->cmu);
+    int rc = 0;
+    if (!g->ccache && !(g->ccache = tide_cons_cache_new(64))) rc = tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+    if (rc == 0 && !g->cvocab) rc = tide_cons_vocab_from_tokenizer(g->tok, g->vocab, &g->cvocab, st);
+    tide_cons_cache *cache = g->ccache;
+    pthread_mutex_unlock(&g->cmu);
+    if (rc == 0 && tide_cons_cache_get(cache, kind, text, strlen(text), &s->cgram, st) != 0) {
+        tide_fail_ctx(st, "%s", param);
+        rc = -1;
+    }
+    free(text);
+    if (rc == 0 && in_reasoning) {
+        s->cgate = tide_tokenizer_token_id(g->tok, TIDE_TOK_END_THINK, strlen(TIDE_TOK_END_THINK));
+        if (s->cgate < 0) return tide_fail(st, TIDE_ERR_FORMAT, "the tokenizer has no %s token", TIDE_TOK_END_THINK);
+    }
+    return rc;
+}
+
 static int on_parsed(void *ud, const tide_pev *ev, tide_status *st);
 static void stream_failed(gen_session *s, const tide_status *st);
 
@@ -158,7 +221,8 @@ int tide_gen_session_new(tide_gen_engine *g, const tide_gen_input *in, gen_sessi
     s->prompt = ids.ids;
     s->n_prompt = (int64_t)ids.n;
     ids.ids = NULL;
-    if (sampling(s, gen, st) != 0 || fit_context(s, in->req, st) != 0) goto done;
+    if (sampling(s, gen, st) != 0 || fit_context(s, in->req, st) != 0 || constraint(s, in->req, in_reasoning, st) != 0)
+        goto done;
     for (int i = 0; i < s->n; i++)
         if (make_choice(s, in, i, in_reasoning, st) != 0) goto done;
     rc = 0;
@@ -184,6 +248,7 @@ void tide_gen_session_free(gen_session *s) {
     free(s->prompt);
     free(s->bias);
     free(s->stop_ids);
+    tide_cons_grammar_unref(s->cgram);
     free(s);
 }
 
@@ -199,6 +264,16 @@ int tide_gen_session_submit(gen_session *s, tide_status *st) {
         r.has_seed = s->has_seed;
         r.cache_salt = s->cache_salt;
         r.user = &s->ch[i];
+        if (s->cgram) {
+            if (tide_cons_new(s->cgram, s->g->cvocab, &r.constraint, st) != 0) {
+                for (int k = 0; k < i; k++) {
+                    tide_engine_release(s->g->e, s->ch[k].rid);
+                    s->ch[k].rid = 0;
+                }
+                return -1;
+            }
+            tide_cons_set_gate(r.constraint, s->cgate);
+        }
         if (tide_engine_submit(s->g->e, &r, &s->ch[i].rid, st) != 0) {
             for (int k = 0; k < i; k++) { /* nothing half-queued */
                 tide_engine_release(s->g->e, s->ch[k].rid);

@@ -46,6 +46,8 @@ struct gen_session {
     int has_seed;
     uint64_t cache_salt;
     int last_finished;      /* index of the choice that finished last */
+    struct tide_cons_grammar *cgram; /* the output constraint (NULL none) */
+    int32_t cgate;          /* it applies after this token (</think>), -1 from the start */
 };
 
 struct tide_gen_engine {
@@ -70,6 +72,11 @@ struct tide_gen_engine {
     gen_session *active;
     tide_request_id *release; /* finished engine requests to release after the step */
     size_t n_release, cap_release;
+    /* Output constraints (constrain/constrain.h): the vocabulary trie, built
+     * at the first constrained request, and the compile cache; under cmu. */
+    pthread_mutex_t cmu;
+    struct tide_cons_vocab *cvocab;
+    struct tide_cons_cache *ccache;
 };
 
 /* Builds a session from the input: renders, tokenizes, checks, creates the

@@ -65,7 +65,7 @@ int tide_read_sampling_extras(json_t *root, tide_gen *g, int with_n, tide_api_er
         tide_get_number(root, "presence_penalty", "", -2, 2, &g->presence_penalty, err) ||
         tide_get_number(root, "repetition_penalty", "", 0, 100, &g->repetition_penalty, err) ||
         tide_get_bool(root, "ignore_eos", "", &g->ignore_eos, err) || read_logit_bias(root, g, err) ||
-        read_stop_ids(root, g, err))
+        read_stop_ids(root, g, err) || tide_read_guided(root, g, err))
         return -1;
     if (!(g->repetition_penalty > 0)) return tide_api_bad(err, "repetition_penalty", "must be > 0");
     if (with_n) {

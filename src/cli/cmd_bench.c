@@ -8,6 +8,7 @@
  *   tide bench replay    the accuracy study of bounded SWA replay (bench_replay.c)
  *   tide bench serve     the offline workload against a running tide serve (bench_serve.c)
  *   tide bench route     a request trace through the router's placement, simulated (bench_route.c)
+ *   tide bench grammar   structured-output compile and token-mask times (bench_grammar.c)
  *
  * This file dispatches and holds what the modes share: option parsing, the
  * engine flags, number formatting. */
@@ -37,6 +38,8 @@ static void usage(FILE *f) {
             "  roofline   the roofline model of decode and prefill steps for a shape (no weights)\n"
             "  replay     accuracy of bounded SWA replay on prefix-cache hits\n"
             "  kvstore    the persistent KV store: erasure coding, SSD and shared-store I/O, TTFT from the store\n"
+            "  grammar    structured outputs: constraint compile time and per-token mask time\n"
+            "             over a corpus of JSON Schemas, regexes and grammars\n"
             "  serve      the offline workload against a running tide serve over HTTP:\n"
             "             TTFT, inter-token, end-to-end, throughput (--offline for the ratio)\n"
             "  route      a request trace (Mooncake, Azure) through tide route's placement in\n"
@@ -64,6 +67,7 @@ int tide_cmd_bench(int argc, char **argv) {
     if (!strcmp(mode, "kvstore")) return tide_bench_kvstore(argc - 1, argv + 1);
     if (!strcmp(mode, "serve")) return tide_bench_serve(argc - 1, argv + 1);
     if (!strcmp(mode, "route")) return tide_bench_route(argc - 1, argv + 1);
+    if (!strcmp(mode, "grammar")) return tide_bench_grammar(argc - 1, argv + 1);
     if (!strcmp(mode, "replay")) return tide_bench_replay(argc - 2, argv + 2);
     fprintf(stderr, "tide bench: unknown mode '%s'\n\n", mode);
     usage(stderr);

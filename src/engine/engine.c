@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "constrain/constrain.h"
 #include "engine/engine.h"
 #include "engine/request.h"
 #include "engine/rng.h"
@@ -54,6 +55,7 @@ struct tide_engine {
     tide_sampler_ws *ws;      /* one per pool thread */
     int n_ws;
     uint32_t *allow;          /* every token but the image token (it cannot be fed back) */
+    uint32_t *cmask;          /* [max_seqs][words] constrained rows' masks */
     float *logits;            /* [max_seqs][vocab] */
     tide_step_seq *seqs;      /* [max_seqs] */
     tide_sampler_input *in;   /* [max_seqs] */
@@ -182,7 +184,8 @@ static int alloc_buffers(tide_engine *e, tide_status *st) {
     e->users = malloc(n * sizeof *e->users);
     size_t words = ((size_t)e->vocab + 31) / 32;
     e->allow = malloc(words * sizeof *e->allow);
-    if (!e->logits || !e->seqs || !e->in || !e->res || !e->par || !e->rows || !e->users || !e->allow)
+    e->cmask = malloc(n * words * sizeof *e->cmask);
+    if (!e->logits || !e->seqs || !e->in || !e->res || !e->par || !e->rows || !e->users || !e->allow || !e->cmask)
         return tide_fail(st, TIDE_ERR_NOMEM, "out of memory (step buffers for %d sequences x %lld logits)",
                          e->cfg.max_seqs, (long long)e->vocab);
     memset(e->allow, 0xff, words * sizeof *e->allow);
@@ -281,6 +284,7 @@ void tide_engine_destroy(tide_engine *e) {
         for (int i = 0; i < e->n_ws; i++) tide_sampler_ws_free(&e->ws[i]);
     free(e->ws);
     free(e->allow);
+    free(e->cmask);
     free(e->logits);
     free(e->seqs);
     free(e->in);
@@ -319,7 +323,16 @@ int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *i
     tide_req *q;
     const tide_req_model rm = {e->vocab, (int32_t)e->m->cfg.image_token_id, e->m->cfg.text.max_position_embeddings,
                                e->gen.eos, e->gen.n_eos};
-    if (tide_req_create(r, &rm, seed, &q, st) != 0) return -1;
+    if (r && r->constraint && tide_cons_vocab_size_of(r->constraint) != e->vocab) {
+        int n = (int)tide_cons_vocab_size_of(r->constraint);
+        tide_cons_free(r->constraint);
+        return tide_fail(st, TIDE_ERR_INVALID, "request: the constraint's vocabulary has %d tokens, the model %lld", n,
+                         (long long)e->vocab);
+    }
+    if (tide_req_create(r, &rm, seed, &q, st) != 0) {
+        if (r) tide_cons_free(r->constraint);
+        return -1;
+    }
     /* the last token is never fed, so the cache holds n_prompt + max_tokens - 1 positions */
     int64_t nb = tide_sched_blocks_for(&e->sched, q->n_prompt + q->sp.max_tokens - 1);
     if (nb > e->cfg.kv_blocks) {
@@ -407,6 +420,39 @@ static int bad_logits(tide_engine *e, tide_req *q, const float *logits) {
     return 1;
 }
 
+/* The allowed tokens of a constrained row k: the constraint's mask (its
+ * end tokens are the request's stop tokens) within the engine's own; fails
+ * the request (returns 1) when the constraint cannot go on. */
+static int constraint_mask(tide_engine *e, tide_req *q, int k, const uint32_t **allow) {
+    size_t words = ((size_t)e->vocab + 31) / 32;
+    uint32_t *m = e->cmask + (size_t)k * words;
+    tide_status st = {0};
+    if (tide_cons_mask(q->cons, m, q->sp.stop_tokens, q->sp.n_stop_tokens, &st) != 0) {
+        char msg[TIDE_STATUS_MSG + 64];
+        snprintf(msg, sizeof msg, "request %lld: %s", (long long)q->id, st.msg);
+        tide_req_set_error(q, msg);
+        finish(e, q, TIDE_FINISH_ERROR);
+        return 1;
+    }
+    for (size_t w = 0; w < words; w++) m[w] &= e->allow[w];
+    *allow = m;
+    return 0;
+}
+
+/* While the flight's forward pass runs on the forward thread: the masks its
+ * constrained rows will need, computed now so that sampling finds them in
+ * the constraints' caches (a mask depends only on the tokens accepted so
+ * far). A failure is left for sampling to report. */
+static void prefetch_masks(tide_engine *e) {
+    const tide_sched_plan *f = &e->sched.flight;
+    for (int i = 0; i < f->n_items; i++) {
+        tide_req *q = f->items[i].req;
+        if (f->items[i].logits != TIDE_LOGITS_LAST || !q->cons) continue;
+        tide_status st = {0};
+        tide_cons_mask(q->cons, e->cmask, q->sp.stop_tokens, q->sp.n_stop_tokens, &st);
+    }
+}
+
 /* Samples the rows that reached the end of their sequence, appends, reports,
  * applies the stop conditions. The pass wrote row k's logits for the k-th
  * item that samples; rows with non-finite logits fail their request and
@@ -418,11 +464,13 @@ static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
         tide_req *q = p->items[i].req;
         float *lg = e->logits + (int64_t)row++ * e->vocab;
         if (bad_logits(e, q, lg)) continue;
+        const uint32_t *allow = e->allow;
+        if (q->cons && constraint_mask(e, q, n, &allow)) continue;
         if (n + 1 != row) memcpy(e->logits + (int64_t)n * e->vocab, lg, (size_t)e->vocab * sizeof *lg);
         e->rows[n] = q;
         e->par[n] = &q->sp;
         e->in[n] = (tide_sampler_input){.logits = e->logits + (int64_t)n * e->vocab,
-                                        .allow = e->allow,
+                                        .allow = allow,
                                         .prompt = q->tokens,
                                         .n_prompt = q->n_prompt,
                                         .output = tide_req_output(q),
@@ -452,11 +500,17 @@ static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
             finish(e, q, TIDE_FINISH_ERROR);
             continue;
         }
+        if (q->cons && tide_cons_accept(q->cons, t, q->sp.stop_tokens, q->sp.n_stop_tokens, &st) != 0) {
+            tide_req_set_error(q, st.msg); /* the mask allowed it: a bug */
+            finish(e, q, TIDE_FINISH_ERROR);
+            continue;
+        }
         e->tokens_generated++;
         emit_token(e, q, &e->res[i]);
         tide_stop_reason why = tide_sampling_stop(&q->sp, t, tide_req_n_output(q));
         if (why == TIDE_STOP_TOKEN) finish(e, q, TIDE_FINISH_STOP);
         else if (why == TIDE_STOP_LENGTH) finish(e, q, TIDE_FINISH_LENGTH);
+        else if (q->cons && tide_cons_done(q->cons)) finish(e, q, TIDE_FINISH_STOP); /* nothing else can follow */
     }
 }
 
@@ -637,6 +691,7 @@ int tide_engine_step(tide_engine *e, tide_status *st) {
         step_prepare(e);
         double dt = tide_now_seconds() - tp;
         if (threaded) {
+            prefetch_masks(e);
             forward_wait(e);
             hidden = dt;
         } else {

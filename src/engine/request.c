@@ -1,6 +1,8 @@
 /* Request validation and bookkeeping: see request.h. */
 #include "engine/request.h"
 
+#include "constrain/constrain.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,12 +89,14 @@ int tide_req_create(const tide_request *r, const tide_req_model *m, uint64_t see
     q->sp.logit_bias = bias;
     q->sp.stop_tokens = stop;
     q->sp.n_stop_tokens = n_stop;
+    q->cons = r->constraint;
     *out = q;
     return 0;
 }
 
 void tide_req_free(tide_req *q) {
     if (!q) return;
+    tide_cons_free(q->cons);
     free((void *)q->sp.logit_bias);
     free((void *)q->sp.stop_tokens);
     free(q->tokens);

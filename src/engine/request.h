@@ -41,6 +41,7 @@ typedef struct tide_req {
      * bounded replay (sched.h, "Inexact pages"); INT64_MAX when all are */
     int64_t exact_pages;
     int64_t n_withheld;       /* of its inexact pages, those kept out of the cache so far */
+    struct tide_cons *cons;   /* output constraint (owned), NULL none */
 } tide_req;
 
 /* What a request is checked against and completed with. */

@@ -1,0 +1,74 @@
+/* The constraint extensions of request bodies (src/api/req_guided.c):
+ * guided_regex / guided_json / guided_grammar / guided_choice and
+ * structured_outputs set one constraint; two are refused naming both; bad
+ * values name the field; guided_choice escapes regex syntax so each choice
+ * matches itself only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "constrain/constrain.h"
+#include "testutil.h"
+
+static void parse_ok(const char *body, tide_api_req *req) {
+    tide_api_err err = {0};
+    if (tide_api_parse(TIDE_API_CHAT, body, strlen(body), req, &err) != 0) {
+        fprintf(stderr, "%s: %s\n", body, err.st.msg);
+        fail();
+    }
+}
+
+static void parse_bad(const char *body, const char *needle) {
+    tide_api_req req;
+    tide_api_err err = {0};
+    int rc = tide_api_parse(TIDE_API_CHAT, body, strlen(body), &req, &err);
+    if (rc == 0 || !strstr(err.st.msg, needle)) fprintf(stderr, "%s -> %d \"%s\", want \"%s\"\n", body, rc, err.st.msg, needle);
+    assert_int_equal(rc, -1);
+    assert_int_equal(err.http_status, 400);
+    assert_non_null(strstr(err.st.msg, needle));
+}
+
+#define MSG "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]"
+
+static void test_fields(void **state) {
+    (void)state;
+    tide_api_req req;
+    parse_ok("{" MSG ", \"guided_regex\": \"a+\"}", &req);
+    assert_int_equal(req.gen.guided, 1 + TIDE_CONS_REGEX);
+    assert_string_equal(req.gen.guided_text, "a+");
+    tide_api_req_free(&req);
+    parse_ok("{" MSG ", \"guided_json\": {\"type\": \"integer\"}}", &req);
+    assert_int_equal(req.gen.guided, 1 + TIDE_CONS_JSON_SCHEMA);
+    assert_string_equal(req.gen.guided_text, "{\"type\":\"integer\"}");
+    tide_api_req_free(&req);
+    parse_ok("{" MSG ", \"structured_outputs\": {\"grammar\": \"root ::= \\\"a\\\"\"}}", &req);
+    assert_int_equal(req.gen.guided, 1 + TIDE_CONS_GBNF);
+    assert_string_equal(req.gen.guided_param, "structured_outputs.grammar");
+    tide_api_req_free(&req);
+    /* choices with regex syntax match themselves only */
+    parse_ok("{" MSG ", \"guided_choice\": [\"a.b\", \"(x)?\", \"1+1\"]}", &req);
+    assert_int_equal(req.gen.guided, 1 + TIDE_CONS_REGEX);
+    tide_cons_grammar *g = NULL;
+    tide_status st = {0};
+    assert_int_equal(tide_cons_compile(TIDE_CONS_REGEX, req.gen.guided_text, strlen(req.gen.guided_text), &g, &st), 0);
+    assert_int_equal(tide_cons_grammar_matches(g, "a.b", 3, &st), 1);
+    assert_int_equal(tide_cons_grammar_matches(g, "axb", 3, &st), 0);
+    assert_int_equal(tide_cons_grammar_matches(g, "(x)?", 4, &st), 1);
+    assert_int_equal(tide_cons_grammar_matches(g, "x", 1, &st), 0);
+    assert_int_equal(tide_cons_grammar_matches(g, "1+1", 3, &st), 1);
+    assert_int_equal(tide_cons_grammar_matches(g, "11", 2, &st), 0);
+    tide_cons_grammar_unref(g);
+    tide_api_req_free(&req);
+    /* refusals */
+    parse_bad("{" MSG ", \"guided_regex\": \"a\", \"guided_json\": {}}", "only one output constraint");
+    parse_bad("{" MSG ", \"guided_regex\": 3}", "guided_regex: expected string");
+    parse_bad("{" MSG ", \"guided_choice\": []}", "guided_choice: expected a non-empty array");
+    parse_bad("{" MSG ", \"guided_choice\": [\"a\", 2]}", "guided_choice[1]");
+    parse_bad("{" MSG ", \"structured_outputs\": {\"xml\": \"x\"}}", "structured_outputs.xml");
+    parse_bad("{" MSG ", \"guided_json\": [1]}", "guided_json: expected a JSON schema");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fields)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
