@@ -204,12 +204,15 @@ static void grow(float **buf, int64_t *cap, int64_t rows, int64_t width) {
 /* The budget's cost model, measured on the running backend with a scratch
  * sequence (its blocks go back to the pool): a pass of 1 row and one of
  * block + 1 rows give the fixed and per-row costs, one draft the draft's;
- * the best of two runs each. */
-static int spec_profile(tide_engine *e, tide_status *st) {
+ * the best of two runs each. cfg.spec_cost replaces it. If it fails (a KV
+ * pool too small for the scratch sequence), verification counts as free:
+ * every draft is verified, as fixed:block would. */
+static void spec_profile(tide_engine *e) {
+    tide_status sst = {0}, *st = &sst;
     const double *c = e->cfg.spec_cost;
     if (c[0] > 0 || c[1] > 0 || c[2] > 0) {
         e->costs = (tide_spec_costs){c[0], c[1], c[2]};
-        return 0;
+        return;
     }
     int32_t tok[TIDE_SPEC_MAX_BLOCK + 9];
     for (int i = 0; i < TIDE_SPEC_MAX_BLOCK + 9; i++) {
@@ -221,7 +224,10 @@ static int spec_profile(tide_engine *e, tide_status *st) {
     grow(&e->dsp_in, &e->dsp_cap, 8 + e->block + 1, width);
     tide_seq_cache sc;
     tide_seq_ckpt ck = {0};
-    if (tide_fwd_seq_init(e->fx, &sc, st) != 0) return -1;
+    if (tide_fwd_seq_init(e->fx, &sc, st) != 0) {
+        e->costs = (tide_spec_costs){1.0, 0.0, 0.0};
+        return;
+    }
     tide_step_seq q = {&sc, tok, 8, TIDE_LOGITS_NONE};
     tide_step_out out = {e->logits, e->dsp_in};
     int rc = tide_forward(e->fx, &q, 1, &out, st);
@@ -247,13 +253,17 @@ static int spec_profile(tide_engine *e, tide_status *st) {
     }
     tide_seq_ckpt_free(&ck);
     tide_fwd_seq_free(e->fx, &sc);
-    if (rc != 0) return tide_fail_ctx(st, "profiling the speculative cost model");
+    if (rc != 0) { /* e.g. a KV pool too small for the scratch sequence */
+        tide_log(TIDE_LOG_WARN, "engine: profiling the speculative cost model failed (%s): verification is taken "
+                 "as free (every draft verified)", st->msg);
+        e->costs = (tide_spec_costs){1.0, 0.0, 0.0};
+        return;
+    }
     double per = (t[1] - t[0]) / e->block;
     if (per < 0) per = 0;
     e->costs = (tide_spec_costs){t[0] - per > 0 ? t[0] - per : 0, per, t[2]};
     tide_log(TIDE_LOG_INFO, "engine: speculative cost model: pass %.3g s + %.3g s per row, draft %.3g s per sequence",
              e->costs.verify_fixed, e->costs.verify_per_token, e->costs.draft_per_seq);
-    return 0;
 }
 
 /* The decoder variant's tail in tokens: -1 = the shortest exact one,
@@ -366,7 +376,7 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
         e->spec_k = cfg->spec_k < e->block ? cfg->spec_k : e->block;
     }
     if (alloc_buffers(e, st) != 0) goto fail;
-    if (e->spec && spec_profile(e, st) != 0) goto fail;
+    if (e->spec) spec_profile(e);
     /* the overlap's forward thread; without one the passes run inline */
     if (cfg->overlap && pthread_mutex_init(&e->mu, NULL) == 0) {
         if (pthread_cond_init(&e->cv, NULL) != 0) pthread_mutex_destroy(&e->mu);
