@@ -113,7 +113,7 @@ static void simulate(const spec_opts *o, const tide_spec_costs *c, int block, co
             char name[24];
             printf("  %5lld %-9s %10.3f %10.3f %14.1f %8s", (long long)o->seqs.v[i], tide_spec_name(mode[x], k[x], name, sizeof name),
                    tok, ver, tps, "");
-            if (base > 0) printf("%+.1f%%", 100.0 * (tps / base - 1));
+            if (base > 0 && mode[x] != TIDE_SPEC_OFF) printf("%+.1f%%", 100.0 * (tps / base - 1));
             printf("\n");
         }
     }
