@@ -43,8 +43,8 @@ static int setup(void **state) {
 }
 static int teardown(void **state) { return tn_model_teardown(state); }
 
-#define NQ 10
-#define MAXNEW 20
+#define NQ 8
+#define MAXNEW 12
 
 typedef struct {
     int n;
@@ -146,6 +146,7 @@ static void run(const fixture *f, const tide_engine_config *cfg, runset *rs, hoo
 }
 
 static void make(const fixture *f, runset *rs, int n, uint64_t salt, int sampled) {
+    assert_true(n <= NQ);
     tu_rng r = {f->seed * 977 + salt};
     memset(rs, 0, sizeof *rs);
     rs->n = n;
@@ -161,7 +162,7 @@ static void make(const fixture *f, runset *rs, int n, uint64_t salt, int sampled
         rs->sp[i] = tide_sampling_params_default();
         rs->sp[i].temperature = sampled ? 1.0f : 0.0f;
         if (sampled) rs->sp[i].top_k = 4;
-        rs->sp[i].max_tokens = 8 + (int64_t)(tu_next(&r) % (MAXNEW - 8 + 1));
+        rs->sp[i].max_tokens = 6 + (int64_t)(tu_next(&r) % (MAXNEW - 6 + 1));
         rs->sp[i].seed = tu_next(&r);
     }
 }
@@ -178,7 +179,7 @@ static void same(const runset *a, const runset *b, const char *what) {
 static void identical(fixture *f, int sampled) {
     printf("seed %llu\n", (unsigned long long)f->seed);
     runset off, x;
-    make(f, &off, NQ, 1 + (uint64_t)sampled, sampled);
+    make(f, &off, 6, 1 + (uint64_t)sampled, sampled);
     tide_engine_config c = cfg_for(TIDE_SPEC_OFF, 0);
     run(f, &c, &off, NULL);
     const struct {
@@ -191,11 +192,11 @@ static void identical(fixture *f, int sampled) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         /* the DSpark head itself is slow on the CPU (its head and Markov
-         * head span the vocabulary): 4 greedy requests with it */
+         * head span the vocabulary): 2 greedy requests with it */
         if (!cases[k].hook && sampled) continue;
         memcpy(&x, &off, sizeof x);
         memset(x.out, 0, sizeof x.out);
-        if (!cases[k].hook) x.n = 4;
+        if (!cases[k].hook) x.n = 2;
         hook_ctx h = {&off, {f->seed + k}, cases[k].corrupt, 0};
         c = cfg_for(cases[k].mode, cases[k].k);
         run(f, &c, &x, cases[k].hook ? &h : NULL);
@@ -217,7 +218,7 @@ static void test_sampled_identical(void **state) { identical(*state, 1); }
 static void test_preempt_prefix(void **state) {
     fixture *f = *state;
     runset off, x;
-    make(f, &off, 12, 7, 0);
+    make(f, &off, 8, 7, 0);
     for (int i = 1; i < off.n; i++) { /* share the first request's prompt head */
         off.n_prompt[i] = 16;
         memcpy(off.prompt[i], off.prompt[0], 9 * sizeof(int32_t));
@@ -263,7 +264,7 @@ static void guess(void *ctx, void *user, const int32_t *tokens, int64_t n_tokens
 
 static void test_chi_square(void **state) {
     fixture *f = *state;
-    enum { N = 256 };
+    enum { N = 128 };
     runset one;
     make(f, &one, 1, 11, 0);
     one.sp[0].max_tokens = 2;
@@ -408,6 +409,43 @@ static void test_parse_and_config(void **state) {
     tide_engine_destroy(e);
 }
 
+/* tide run --spec: the same ids as off in the chunking-invariant mode;
+ * a bad value is a usage error naming the flag; --help lists it. */
+static void test_cli(void **state) {
+    fixture *f = *state;
+    const char *dir = getenv("TIDE_SPEC_MODEL");
+    if (!dir || !*dir) dir = f->dir;
+    char cmd[4096], *a = NULL, *b = NULL, *c = NULL;
+    snprintf(cmd, sizeof cmd,
+             "'%s' run --model '%s' --prompt-ids 11,12,13,14 --max-tokens 12 --canonical-layout --no-index-quirk "
+             "2>/dev/null",
+             TIDE_EXE, dir);
+    assert_int_equal(tu_system(cmd, &a), 0);
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt-ids 11,12,13,14 --max-tokens 12 --spec fixed:3 2>/dev/null",
+             TIDE_EXE, dir);
+    assert_int_equal(tu_system(cmd, &b), 0);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(strlen(a) > 0);
+    assert_string_equal(a, b);
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt-ids 1 --spec fixed:x 2>&1", TIDE_EXE, dir);
+    assert_int_equal(tu_system(cmd, &c), 2);
+    assert_non_null(strstr(c, "--spec fixed:x"));
+    free(a);
+    free(b);
+    free(c);
+    c = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' run --help", TIDE_EXE);
+    assert_int_equal(tu_system(cmd, &c), 0);
+    assert_non_null(strstr(c, "--spec MODE"));
+    free(c);
+    c = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' bench spec --help", TIDE_EXE);
+    assert_int_equal(tu_system(cmd, &c), 0);
+    assert_non_null(strstr(c, "--acceptance"));
+    free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budget),
@@ -416,6 +454,7 @@ int main(void) {
         cmocka_unit_test(test_sampled_identical),
         cmocka_unit_test(test_preempt_prefix),
         cmocka_unit_test(test_chi_square),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
