@@ -13,7 +13,8 @@
  * configurations.
  *
  * The model: a fresh synthetic checkpoint (TIDE_TEST_SHAPE, default tiny)
- * or the checkpoint directory in TIDE_SPEC_MODEL (e.g. tide-mini). */
+ * or the checkpoint directory in TIDE_SPEC_MODEL (e.g. tide-mini).
+ * TIDE_SPEC_FILTER=NAME runs only the tests matching it (cmocka's filter). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -456,5 +457,7 @@ int main(void) {
         cmocka_unit_test(test_chi_square),
         cmocka_unit_test(test_cli),
     };
+    const char *only = getenv("TIDE_SPEC_FILTER"); /* e.g. test_greedy_identical */
+    if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, setup, teardown);
 }
