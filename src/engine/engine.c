@@ -9,13 +9,19 @@
  *   launch:   the KV blocks the batch writes are reserved (host side), the
  *             batch's descriptors built, then the forward pass runs the
  *             ragged batch (model/forward.h);
- *   complete: the scheduler registers the pages the step completed with the
- *             prefix cache (so a request that finishes leaves them cached),
- *             the rows that reached the end of their sequence are sampled
+ *   complete: the rows that reached the end of their sequence are sampled
  *             (sampler.h; the RNG is keyed by the request's seed and the
- *             token's position, so nothing depends on the batch), each new
- *             token is appended, reported and checked against the stop
- *             conditions.
+ *             token's position, so nothing depends on the batch) and the
+ *             tokens appended, the scheduler registers the pages the step
+ *             completed with the prefix cache (so a request that finishes
+ *             leaves them cached), then each new token is reported and
+ *             checked against the stop conditions.
+ * Speculative decoding (spec.h, docs/spec.md) adds to this: after planning,
+ * the budget grows decode items by draft tokens to verify (spec_attach);
+ * sampling walks each verifying sequence's rows and rolls its cache back to
+ * the tokens that stand (sample_rows); after reporting, the DSpark head
+ * drafts the next block for every sequence that goes on (draft_rows). The
+ * next step is then planned afresh rather than during the pass.
  * Each phase is timed, and so is the forward pass's idle gap between steps
  * (tide_engine_stats).
  *
