@@ -15,6 +15,9 @@
 int tide_bench_offline(int argc, char **argv);  /* bench_offline.c */
 int tide_bench_prefix(int argc, char **argv);   /* bench_prefix.c */
 int tide_bench_spec(int argc, char **argv);     /* bench_spec.c */
+/* The speculative figures of an engine run (--spec): accepted length,
+ * verified drafts per sequence-step, the profiled cost model. */
+void tide_bench_spec_report(const tide_engine_stats *s);
 int tide_bench_step(int argc, char **argv);     /* bench_step.c: decode and prefill */
 int tide_bench_roofline(int argc, char **argv); /* bench_roofline.c */
 int tide_bench_kvstore(int argc, char **argv);  /* bench_kvstore.c */

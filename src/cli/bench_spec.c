@@ -49,6 +49,16 @@ typedef struct spec_opts {
     bench_engine_opts eng;
 } spec_opts;
 
+void tide_bench_spec_report(const tide_engine_stats *s) {
+    double seq_steps = s->spec_seq_steps > 0 ? (double)s->spec_seq_steps : 1;
+    printf("  speculation      accepted length %.3f, verified %.3f per sequence-step, %lld of %lld drafts "
+           "accepted, drafting %.3f s\n",
+           1.0 + (double)s->spec_accepted / seq_steps, (double)s->spec_verified / seq_steps,
+           (long long)s->spec_accepted, (long long)s->spec_verified, s->spec_draft_seconds);
+    printf("  cost model       pass %.3g s + %.3g s per row, draft %.3g s per sequence (profiled at start-up)\n",
+           s->spec_verify_fixed_s, s->spec_verify_token_s, s->spec_draft_seq_s);
+}
+
 /* One measured run: n requests at once under mode. */
 static int run_once(const spec_opts *o, const tide_model *m, const tide_workload *w, int mode, int k,
                     tide_engine_stats *s, double *wall, tide_status *st) {
