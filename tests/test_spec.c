@@ -45,7 +45,7 @@ static int setup(void **state) {
 static int teardown(void **state) { return tn_model_teardown(state); }
 
 #define NQ 8
-#define MAXNEW 12
+#define MAXNEW 10
 
 typedef struct {
     int n;
@@ -163,7 +163,7 @@ static void make(const fixture *f, runset *rs, int n, uint64_t salt, int sampled
         rs->sp[i] = tide_sampling_params_default();
         rs->sp[i].temperature = sampled ? 1.0f : 0.0f;
         if (sampled) rs->sp[i].top_k = 4;
-        rs->sp[i].max_tokens = 6 + (int64_t)(tu_next(&r) % (MAXNEW - 6 + 1));
+        rs->sp[i].max_tokens = 5 + (int64_t)(tu_next(&r) % (MAXNEW - 5 + 1));
         rs->sp[i].seed = tu_next(&r);
     }
 }
@@ -180,21 +180,22 @@ static void same(const runset *a, const runset *b, const char *what) {
 static void identical(fixture *f, int sampled) {
     printf("seed %llu\n", (unsigned long long)f->seed);
     runset off, x;
-    make(f, &off, 6, 1 + (uint64_t)sampled, sampled);
+    make(f, &off, 4, 1 + (uint64_t)sampled, sampled);
     tide_engine_config c = cfg_for(TIDE_SPEC_OFF, 0);
     run(f, &c, &off, NULL);
     const struct {
         int mode, k, hook, corrupt;
         const char *name;
     } cases[] = {
-        {TIDE_SPEC_FIXED, 5, 0, 0, "fixed:5"},        {TIDE_SPEC_DSPARK, 0, 0, 0, "dspark"},
-        {TIDE_SPEC_FIXED, 5, 1, 0, "fixed:5 oracle"}, {TIDE_SPEC_FIXED, 5, 1, 1, "fixed:5 corrupted"},
-        {TIDE_SPEC_FIXED, 2, 1, 1, "fixed:2 corrupted"}, {TIDE_SPEC_DSPARK, 0, 1, 1, "dspark corrupted"},
+        {TIDE_SPEC_DSPARK, 0, 0, 0, "dspark"},          {TIDE_SPEC_FIXED, 5, 1, 0, "fixed:5 oracle"},
+        {TIDE_SPEC_FIXED, 5, 1, 1, "fixed:5 corrupted"}, {TIDE_SPEC_FIXED, 2, 1, 1, "fixed:2 corrupted"},
+        {TIDE_SPEC_DSPARK, 0, 1, 1, "dspark corrupted"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         /* the DSpark head itself is slow on the CPU (its head and Markov
-         * head span the vocabulary): 2 greedy requests with it */
-        if (!cases[k].hook && sampled) continue;
+         * head span the vocabulary): 2 greedy requests with it; the
+         * sampled runs take the corrupted oracles only (time under ASan) */
+        if (sampled && (!cases[k].hook || !cases[k].corrupt || cases[k].k == 2)) continue;
         memcpy(&x, &off, sizeof x);
         memset(x.out, 0, sizeof x.out);
         if (!cases[k].hook) x.n = 2;
@@ -219,7 +220,7 @@ static void test_sampled_identical(void **state) { identical(*state, 1); }
 static void test_preempt_prefix(void **state) {
     fixture *f = *state;
     runset off, x;
-    make(f, &off, 8, 7, 0);
+    make(f, &off, 6, 7, 0);
     for (int i = 1; i < off.n; i++) { /* share the first request's prompt head */
         off.n_prompt[i] = 16;
         memcpy(off.prompt[i], off.prompt[0], 9 * sizeof(int32_t));
@@ -265,7 +266,7 @@ static void guess(void *ctx, void *user, const int32_t *tokens, int64_t n_tokens
 
 static void test_chi_square(void **state) {
     fixture *f = *state;
-    enum { N = 128 };
+    enum { N = 64 };
     runset one;
     make(f, &one, 1, 11, 0);
     one.sp[0].max_tokens = 2;
