@@ -162,7 +162,7 @@ static void *writer(void *arg) {
 
 static void put_hook(void *ctx, const tide_kv_page *pg) {
     tide_kvtiers *t = ctx;
-    uint64_t bytes = (uint64_t)pg->n_floats * sizeof(float);
+    uint64_t bytes = (uint64_t)pg->n_bytes;
     pthread_mutex_lock(&t->mu);
     if (t->q_bytes + bytes > t->cfg.queue_bytes) {
         t->stats.dropped++;
@@ -192,7 +192,7 @@ static void put_hook(void *ctx, const tide_kv_page *pg) {
 
 static int get_hook(void *ctx, tide_kv_page *pg) {
     tide_kvtiers *t = ctx;
-    uint64_t bytes = (uint64_t)pg->n_floats * sizeof(float);
+    uint64_t bytes = (uint64_t)pg->n_bytes;
     tide_kvs_key k = tide_kv_page_key(t->cfg.fingerprint, pg->salt, pg->tokens, pg->n_tokens);
     pthread_mutex_lock(&t->mu);
     hpage *p = host_find(t, k);
