@@ -84,6 +84,9 @@ typedef struct tide_event {
     int32_t n_top;
     const int32_t *top_ids;
     const float *top_logprobs;
+    /* Speculative decoding: the request's drafts verified and accepted so
+     * far (0 when off) */
+    int64_t n_spec_verified, n_spec_accepted;
 } tide_event;
 
 /* Called from inside tide_engine_step / _run / _cancel. It must not call the
@@ -164,7 +167,22 @@ typedef struct tide_engine_config {
      * host; src/cli/backend.h opens one from a --backend name). Borrowed: it
      * must outlive the engine. */
     const struct tide_ops *ops;
+    /* Speculative decoding with the DSpark draft head (docs/spec.md):
+     * TIDE_SPEC_OFF (default), TIDE_SPEC_FIXED (every decoding sequence
+     * verifies spec_k drafts, capped at the draft block) or TIDE_SPEC_DSPARK
+     * (the confidence-scheduled budget). Needs a checkpoint with DSpark
+     * stages and the chunking-invariant mode (canonical_layout 1,
+     * index_key_quirk 0), where rolling back rejected drafts is exact:
+     * outputs are then identical to TIDE_SPEC_OFF's. */
+    int spec_mode;
+    int spec_k;
+    /* The budget's cost model in seconds (verify pass fixed, per row, draft
+     * per sequence); all 0 (default) = profiled on the running backend when
+     * the engine starts (tide_engine_stats reports the figures). */
+    double spec_cost[3];
 } tide_engine_config;
+
+enum { TIDE_SPEC_OFF = 0, TIDE_SPEC_FIXED = 1, TIDE_SPEC_DSPARK = 2 };
 
 tide_engine_config tide_engine_config_default(void);
 
@@ -248,6 +266,8 @@ typedef struct tide_request_info {
      * After a preemption the request may hit its own pages, so this can
      * cover generated tokens too. */
     int64_t n_cached;
+    /* Speculative decoding: drafts verified, and of those accepted */
+    int64_t n_spec_verified, n_spec_accepted;
 } tide_request_info;
 
 /* Finished requests stay until released. Unknown id: fails. */
@@ -329,6 +349,14 @@ typedef struct tide_engine_stats {
     /* idle_gap_seconds / (idle_gap_seconds + the forward time of the passes
      * that ended a counted gap): the device's idle share (0 when none) */
     double idle_fraction;
+    /* Speculative decoding (0 when off): passes that verified drafts,
+     * rows sampled (sequence-steps), drafts made (sequences x block),
+     * verified and accepted; the budget's cost model in seconds (spec.h).
+     * Tokens per sequence-step (the accepted length) = 1 + accepted /
+     * spec_seq_steps; verified per sequence-step = verified / spec_seq_steps. */
+    int64_t spec_steps, spec_seq_steps, spec_drafted, spec_verified, spec_accepted;
+    double spec_verify_fixed_s, spec_verify_token_s, spec_draft_seq_s;
+    double spec_draft_seconds;    /* time in the draft head (inside complete) */
 } tide_engine_stats;
 
 void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s);

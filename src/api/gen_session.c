@@ -300,6 +300,8 @@ static tide_usage usage_of(const gen_session *s) {
         u.completion_tokens += c->n_output;
         u.reasoning_tokens += c->reasoning_tokens;
         if (first) u.cached_tokens = c->n_cached, first = 0;
+        u.spec_verified += c->n_spec_verified;
+        u.spec_accepted += c->n_spec_accepted;
     }
     return u;
 }
@@ -465,6 +467,8 @@ static void on_finished(gen_choice *c, const tide_event *ev) {
     c->reason = ev->reason;
     c->n_output = ev->n_output;
     c->n_cached = ev->n_cached;
+    c->n_spec_verified = ev->n_spec_verified;
+    c->n_spec_accepted = ev->n_spec_accepted;
     if (ev->n_output > 0 && (c->ids = malloc((size_t)ev->n_output * sizeof *c->ids)))
         memcpy(c->ids, ev->output, (size_t)ev->n_output * sizeof *c->ids);
     if (ev->reason == TIDE_FINISH_ERROR) {

@@ -22,6 +22,7 @@ typedef struct gen_choice {
     int saw_reasoning;      /* the current token's text went to the reasoning */
     int64_t reasoning_tokens;
     int64_t n_output, n_cached;
+    int64_t n_spec_verified, n_spec_accepted;
     int32_t *ids;           /* the output, copied when it finished */
     tide_finish_reason reason;
 } gen_choice;

@@ -28,6 +28,8 @@ typedef struct tide_usage {
     int64_t completion_tokens;
     int64_t reasoning_tokens; /* part of completion_tokens; 0 if unknown */
     int64_t cached_tokens;    /* part of prompt_tokens served from the prefix cache */
+    int64_t spec_verified;    /* speculative decoding: drafts verified (all choices) */
+    int64_t spec_accepted;    /* ... and accepted */
 } tide_usage;
 
 typedef enum tide_gen_end {

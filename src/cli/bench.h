@@ -14,6 +14,10 @@
  * (0 ok, 1 failed, 2 bad usage). */
 int tide_bench_offline(int argc, char **argv);  /* bench_offline.c */
 int tide_bench_prefix(int argc, char **argv);   /* bench_prefix.c */
+int tide_bench_spec(int argc, char **argv);     /* bench_spec.c */
+/* The speculative figures of an engine run (--spec): accepted length,
+ * verified drafts per sequence-step, the profiled cost model. */
+void tide_bench_spec_report(const tide_engine_stats *s);
 int tide_bench_step(int argc, char **argv);     /* bench_step.c: decode and prefill */
 int tide_bench_roofline(int argc, char **argv); /* bench_roofline.c */
 int tide_bench_kvstore(int argc, char **argv);  /* bench_kvstore.c */
@@ -59,11 +63,12 @@ int tide_bench_usage_error(const char *mode, void (*usage)(FILE *), const char *
 typedef struct bench_engine_opts {
     int64_t threads, max_seqs, step_tokens, chunk, kv_blocks, kv_block, seed;
     int canonical, no_quirk, overlap;
+    const char *spec; /* --spec (NULL = off) */
 } bench_engine_opts;
 void tide_bench_engine_defaults(bench_engine_opts *o);
 /* Appends the BENCH_ENGINE_OPTS engine flags' entries to opts at *n (size
  * tables as own entries + BENCH_ENGINE_OPTS + 1 for the terminator). */
-#define BENCH_ENGINE_OPTS 10
+#define BENCH_ENGINE_OPTS 11
 void tide_bench_engine_table(bench_engine_opts *o, bench_opt *opts, int *n);
 tide_engine_config tide_bench_engine_config(const bench_engine_opts *o);
 /* The help lines of those flags. */

@@ -243,6 +243,11 @@ int tide_bench_offline(int argc, char **argv) {
         goto done;
     }
     report(&o, &sum, &rec, &d, e, m);
+    if (c.spec_mode > 0) {
+        tide_engine_stats es;
+        tide_engine_get_stats(e, &es);
+        tide_bench_spec_report(&es);
+    }
     rc = TIDE_EXIT_OK;
 done:
     if (rc != TIDE_EXIT_OK) fprintf(stderr, "tide bench offline: %s\n", st.msg);

@@ -20,6 +20,7 @@
 #include "cli/bench.h"
 #include "cli/bench_replay.h"
 #include "cli/cli.h"
+#include "engine/spec.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -30,6 +31,8 @@ static void usage(FILE *f) {
             "             through the engine\n"
             "  prefix     a shared-prefix workload run with the prefix cache off and on:\n"
             "             hit rate, TTFT, speed-up\n"
+            "  spec       speculative decoding off / fixed:K / dspark at several loads: accepted\n"
+            "             length, verified drafts per step, throughput; the budget's simulation\n"
             "  decode     one decode step at batch B and context C (synthetic cache contents),\n"
             "             timed, next to its roofline\n"
             "  prefill    one prefill of L tokens, timed, next to its roofline\n"
@@ -62,6 +65,7 @@ int tide_cmd_bench(int argc, char **argv) {
     }
     if (!strcmp(mode, "offline")) return tide_bench_offline(argc - 1, argv + 1);
     if (!strcmp(mode, "prefix")) return tide_bench_prefix(argc - 1, argv + 1);
+    if (!strcmp(mode, "spec")) return tide_bench_spec(argc - 1, argv + 1);
     if (!strcmp(mode, "decode") || !strcmp(mode, "prefill")) return tide_bench_step(argc - 1, argv + 1);
     if (!strcmp(mode, "roofline")) return tide_bench_roofline(argc - 1, argv + 1);
     if (!strcmp(mode, "kvstore")) return tide_bench_kvstore(argc - 1, argv + 1);
@@ -202,6 +206,7 @@ void tide_bench_engine_table(bench_engine_opts *o, bench_opt *t, int *n) {
         {"--canonical-layout", BENCH_FLAG, &o->canonical, 0, 0},
         {"--no-index-quirk", BENCH_FLAG, &o->no_quirk, 0, 0},
         {"--overlap", BENCH_FLAG, &o->overlap, 0, 0},
+        {"--spec", BENCH_STR, &o->spec, 0, 0},
     };
     _Static_assert(sizeof add / sizeof add[0] == BENCH_ENGINE_OPTS, "BENCH_ENGINE_OPTS must count these entries");
     for (size_t i = 0; i < sizeof add / sizeof add[0]; i++) t[(*n)++] = add[i];
@@ -220,6 +225,17 @@ tide_engine_config tide_bench_engine_config(const bench_engine_opts *o) {
     c.canonical_layout = o->canonical;
     c.index_key_quirk = !o->no_quirk;
     c.overlap = o->overlap;
+    if (o->spec) {
+        tide_status st = {0};
+        if (tide_spec_parse(o->spec, &c.spec_mode, &c.spec_k, &st) != 0) {
+            fprintf(stderr, "tide bench: %s\n", st.msg);
+            c.spec_mode = -1; /* engine creation refuses it */
+        }
+        if (c.spec_mode > 0) { /* rollback is exact only in the chunking-invariant mode */
+            c.canonical_layout = 1;
+            c.index_key_quirk = 0;
+        }
+    }
     return c;
 }
 
@@ -234,7 +250,9 @@ void tide_bench_engine_help(FILE *f) {
             "  --seed N             workload and engine seed (default 1)\n"
             "  --canonical-layout   attention entry order independent of chunking (docs/model.md)\n"
             "  --no-index-quirk     index keys from each indexer's own source (docs/model.md)\n"
-            "  --overlap            plan step N+1 while step N's forward pass runs (docs/engine.md)\n");
+            "  --overlap            plan step N+1 while step N's forward pass runs (docs/engine.md)\n"
+            "  --spec MODE          speculative decoding: dspark, fixed:K or off (default); turns\n"
+            "                       on the chunking-invariant mode (docs/spec.md)\n");
 }
 
 const char *tide_bench_si(double x, const char *unit, char *buf, int cap) {

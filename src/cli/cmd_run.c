@@ -31,6 +31,7 @@
 #include "cli/backend.h"
 #include "cli/kv_cli.h"
 #include "engine/request_jsonl.h"
+#include "engine/spec.h"
 #include "tide.h"
 
 #define DEFAULT_MAX_TOKENS 16
@@ -80,6 +81,10 @@ static void usage(FILE *f) {
             "                       shortest exact tail (default 0: off; docs/engine.md)\n"
             "  --prefix-cache-inexact  also cache the pages computed after a bounded-replay\n"
             "                       hit (default: they stay private: docs/engine.md)\n"
+            "  --spec MODE          speculative decoding with the DSpark head: dspark (the\n"
+            "                       confidence-scheduled budget), fixed:K (K drafts per\n"
+            "                       sequence) or off (default); turns on --canonical-layout\n"
+            "                       --no-index-quirk; same tokens as off (docs/spec.md)\n"
             "%s"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
             "pages only with requests of the same salt (docs/engine.md).\n"
@@ -144,6 +149,7 @@ typedef struct run_opts {
     long long decoder_tail;
     unsigned long long seed;
     int ignore_eos, canonical, no_quirk, no_prefix_cache, overlap, cache_inexact;
+    int spec_mode, spec_k; /* --spec */
     tide_run_text_opts text; /* --prompt / --chat / text --input (run_text.c) */
     kv_run_opts kv; /* the persistent KV store's flags (kv_run.c) */
     const char *backend, *kernels;
@@ -254,6 +260,12 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             o->no_quirk = 1;
         } else if (!strcmp(a, "--overlap")) {
             o->overlap = 1;
+        } else if (!strcmp(a, "--spec") && v) {
+            tide_status sst = {0};
+            if (tide_spec_parse(argv[++i], &o->spec_mode, &o->spec_k, &sst) != 0) {
+                fprintf(stderr, "tide run: %s\n", sst.msg);
+                return TIDE_EXIT_USAGE;
+            }
         } else if ((rc = tide_run_text_arg(argc, argv, &i, &o->text)) != 0) {
             if (rc < 0) return TIDE_EXIT_USAGE;
         } else {
@@ -295,6 +307,12 @@ static tide_engine_config engine_config(const run_opts *o) {
     c.prefix_replay = o->prefix_replay;
     c.prefix_cache_inexact = o->cache_inexact;
     c.decoder_tail = o->decoder_tail;
+    c.spec_mode = o->spec_mode;
+    c.spec_k = o->spec_k;
+    if (c.spec_mode != TIDE_SPEC_OFF) { /* rollback is exact only there */
+        c.canonical_layout = 1;
+        c.index_key_quirk = 0;
+    }
     return c;
 }
 

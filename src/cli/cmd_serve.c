@@ -13,6 +13,7 @@
 #include "cli/backend.h"
 #include "cli/cli.h"
 #include "cli/kv_cli.h"
+#include "engine/spec.h"
 #include "serve/serve.h"
 
 static void usage(FILE *f) {
@@ -48,7 +49,10 @@ static void usage(FILE *f) {
             "  --kv-blocks N        KV pool capacity in blocks (default 1048576)\n"
             "  --step-tokens N      token budget of one engine step (default 512)\n"
             "  --seed N             engine seed for requests without one (default 0)\n"
-            "  --no-prefix-cache    do not reuse the KV of earlier requests' prompt pages\n");
+            "  --no-prefix-cache    do not reuse the KV of earlier requests' prompt pages\n"
+            "  --spec MODE          speculative decoding: dspark, fixed:K or off (default);\n"
+            "                       turns on the chunking-invariant mode; same tokens as off\n"
+            "                       (docs/spec.md)\n");
     kv_run_help(f);
     fprintf(f, "  (a request with the header x-tide-kv-flush is answered once its pages are written:\n"
                "  tide route's prefill leg, docs/route.md)\n");
@@ -97,6 +101,17 @@ static int parse(int argc, char **argv, serve_opts *o) {
         }
         i++;
         if (!strcmp(a, "--model")) c->engine.model_dir = v;
+        else if (!strcmp(a, "--spec")) {
+            tide_status sst = {0};
+            if (tide_spec_parse(v, &c->engine.spec_mode, &c->engine.spec_k, &sst) != 0) {
+                fprintf(stderr, "tide serve: %s\n", sst.msg);
+                return -1;
+            }
+            if (c->engine.spec_mode != TIDE_SPEC_OFF) {
+                c->engine.canonical_layout = 1;
+                c->engine.index_key_quirk = 0;
+            }
+        }
         else if (!strcmp(a, "--backend")) o->backend = v;
         else if (!strcmp(a, "--host")) c->host = v;
         else if (!strcmp(a, "--api-key")) c->api_key = v;

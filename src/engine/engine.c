@@ -9,13 +9,19 @@
  *   launch:   the KV blocks the batch writes are reserved (host side), the
  *             batch's descriptors built, then the forward pass runs the
  *             ragged batch (model/forward.h);
- *   complete: the scheduler registers the pages the step completed with the
- *             prefix cache (so a request that finishes leaves them cached),
- *             the rows that reached the end of their sequence are sampled
+ *   complete: the rows that reached the end of their sequence are sampled
  *             (sampler.h; the RNG is keyed by the request's seed and the
- *             token's position, so nothing depends on the batch), each new
- *             token is appended, reported and checked against the stop
- *             conditions.
+ *             token's position, so nothing depends on the batch) and the
+ *             tokens appended, the scheduler registers the pages the step
+ *             completed with the prefix cache (so a request that finishes
+ *             leaves them cached), then each new token is reported and
+ *             checked against the stop conditions.
+ * Speculative decoding (spec.h, docs/spec.md) adds to this: after planning,
+ * the budget grows decode items by draft tokens to verify (spec_attach);
+ * sampling walks each verifying sequence's rows and rolls its cache back to
+ * the tokens that stand (sample_rows); after reporting, the DSpark head
+ * drafts the next block for every sequence that goes on (draft_rows). The
+ * next step is then planned afresh rather than during the pass.
  * Each phase is timed, and so is the forward pass's idle gap between steps
  * (tide_engine_stats).
  *
@@ -40,6 +46,8 @@
 #include "engine/rng.h"
 #include "engine/sampler.h"
 #include "engine/sched.h"
+#include "engine/spec.h"
+#include "model/dspark.h"
 #include "model/forward.h"
 #include "model/gen_config.h"
 #include "model/model.h"
@@ -88,6 +96,23 @@ struct tide_engine {
     int n_seqs, frc;
     tide_status fst;
     double fwd_done;
+    /* speculative decoding (spec.h; docs/spec.md) */
+    int spec, spec_k, block;  /* mode, fixed K, the draft block (0 when off) */
+    tide_spec_costs costs;
+    int32_t *spec_tok;        /* [max_seqs][block + 1] the verify chunks, by plan item */
+    float *dsp_in;            /* [rows][targets x dim] the pass's DSpark inputs */
+    int64_t dsp_cap, logit_cap; /* rows dsp_in / logits hold */
+    int32_t *d_ids;           /* one draft's output: [block + 1] */
+    float *d_logits, *d_conf; /* [block][vocab], [block] */
+    float *surv;              /* [max_seqs][block] the budget's candidates */
+    int *cand, *avail, *take; /* [max_seqs] */
+    /* a sampled row's outcome, by flight item: tokens in res[i * (block + 1) ..] */
+    int *n_new, *why;         /* why: 0 continues, else the tide_finish_reason */
+    tide_sample_result *rres; /* [max_seqs] one sampling round */
+    tide_engine_draft_fn draft_hook;
+    void *draft_ctx;
+    int64_t spec_steps, spec_seq_steps, spec_drafted, spec_verified, spec_accepted;
+    double draft_s;
 };
 
 static void *forward_thread(void *arg);
@@ -156,8 +181,97 @@ static int check_config(const tide_engine_config *c, int have_model, tide_status
                          (long long)c->decoder_tail);
     if (c->overlap != 0 && c->overlap != 1)
         return tide_fail(st, TIDE_ERR_INVALID, "engine: overlap %d is not 0 (off) or 1 (on)", c->overlap);
+    if (c->spec_mode != TIDE_SPEC_OFF && c->spec_mode != TIDE_SPEC_FIXED && c->spec_mode != TIDE_SPEC_DSPARK)
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: spec_mode %d is not off (0), fixed (1) or dspark (2)",
+                         c->spec_mode);
+    if (c->spec_mode == TIDE_SPEC_FIXED && (c->spec_k < 1 || c->spec_k > TIDE_SPEC_MAX_BLOCK))
+        return tide_fail(st, TIDE_ERR_INVALID, "engine: spec_k %d is outside 1..%d", c->spec_k, TIDE_SPEC_MAX_BLOCK);
+    if (c->spec_mode != TIDE_SPEC_OFF && (!c->canonical_layout || c->index_key_quirk))
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         "engine: speculative decoding needs the chunking-invariant mode (canonical_layout 1, "
+                         "index_key_quirk 0; tide run --canonical-layout --no-index-quirk): only there is rolling "
+                         "back rejected drafts exact (docs/spec.md)");
+    for (int i = 0; i < 3; i++)
+        if (!(c->spec_cost[i] >= 0) || c->spec_cost[i] > 1e6)
+            return tide_fail(st, TIDE_ERR_INVALID, "engine: spec_cost[%d] %g is not a time in seconds", i,
+                             c->spec_cost[i]);
     /* page_tokens and prefix_replay need the model: checked by the scheduler */
     return 0;
+}
+
+/* Grows a float buffer to hold rows x width values (out of memory aborts,
+ * as the forward pass's own buffers do). */
+static void grow(float **buf, int64_t *cap, int64_t rows, int64_t width) {
+    if (rows <= *cap) return;
+    free(*buf);
+    *buf = malloc((size_t)rows * (size_t)width * sizeof **buf);
+    if (!*buf) abort();
+    *cap = rows;
+}
+
+/* The budget's cost model, measured on the running backend with a scratch
+ * sequence (its blocks go back to the pool): a pass of 1 row and one of
+ * block + 1 rows give the fixed and per-row costs, one draft the draft's;
+ * the best of two runs each. cfg.spec_cost replaces it. If it fails (a KV
+ * pool too small for the scratch sequence), verification counts as free:
+ * every draft is verified, as fixed:block would. */
+static void spec_profile(tide_engine *e) {
+    tide_status sst = {0}, *st = &sst;
+    const double *c = e->cfg.spec_cost;
+    if (c[0] > 0 || c[1] > 0 || c[2] > 0) {
+        e->costs = (tide_spec_costs){c[0], c[1], c[2]};
+        return;
+    }
+    int32_t tok[TIDE_SPEC_MAX_BLOCK + 9];
+    for (int i = 0; i < TIDE_SPEC_MAX_BLOCK + 9; i++) {
+        tok[i] = (int32_t)((i * 7919 + 1) % e->vocab);
+        if (tok[i] == e->m->cfg.image_token_id) tok[i] = (tok[i] + 1) % (int32_t)e->vocab;
+    }
+    int64_t width = e->m->cfg.text.n_dspark_target_layer_ids * e->m->cfg.text.hidden_size;
+    grow(&e->logits, &e->logit_cap, e->block + 1, e->vocab);
+    grow(&e->dsp_in, &e->dsp_cap, 8 + e->block + 1, width);
+    tide_seq_cache sc;
+    tide_seq_ckpt ck = {0};
+    if (tide_fwd_seq_init(e->fx, &sc, st) != 0) {
+        e->costs = (tide_spec_costs){1.0, 0.0, 0.0};
+        return;
+    }
+    tide_step_seq q = {&sc, tok, 8, TIDE_LOGITS_NONE};
+    tide_step_out out = {e->logits, e->dsp_in};
+    int rc = tide_forward(e->fx, &q, 1, &out, st);
+    if (rc == 0) rc = tide_dspark_seed(e->fx, &sc, e->dsp_in, 7, 0, st);
+    double t[3] = {1e30, 1e30, 1e30};
+    for (int rep = 0; rep < 2 && rc == 0; rep++)
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            int64_t n = k ? e->block + 1 : 1;
+            q = (tide_step_seq){&sc, tok + 8, n, TIDE_LOGITS_ALL};
+            if ((rc = tide_seq_checkpoint(&sc, &ck, (int)n, st)) != 0) break;
+            double t0 = tide_now_seconds();
+            rc = tide_forward(e->fx, &q, 1, &out, st);
+            double dt = tide_now_seconds() - t0;
+            if (dt < t[k]) t[k] = dt;
+            if (rc == 0) rc = tide_seq_rollback(&sc, &ck, 0, st);
+        }
+    for (int rep = 0; rep < 2 && rc == 0; rep++) {
+        tide_dspark_out d = {e->d_ids, e->d_logits, e->d_conf};
+        double t0 = tide_now_seconds();
+        rc = tide_dspark_draft(e->fx, &sc, e->dsp_in + 7 * width, 7, tok[8], NULL, &d, st);
+        double dt = tide_now_seconds() - t0;
+        if (dt < t[2]) t[2] = dt;
+    }
+    tide_seq_ckpt_free(&ck);
+    tide_fwd_seq_free(e->fx, &sc);
+    if (rc != 0) { /* e.g. a KV pool too small for the scratch sequence */
+        tide_log(TIDE_LOG_WARN, "engine: profiling the speculative cost model failed (%s): verification is taken "
+                 "as free (every draft verified)", st->msg);
+        e->costs = (tide_spec_costs){1.0, 0.0, 0.0};
+        return;
+    }
+    double per = (t[1] - t[0]) / e->block;
+    if (per < 0) per = 0;
+    e->costs = (tide_spec_costs){t[0] - per > 0 ? t[0] - per : 0, per, t[2]};
+    tide_log(TIDE_LOG_INFO, "engine: speculative cost model: pass %.3g s + %.3g s per row, draft %.3g s per sequence",
+             e->costs.verify_fixed, e->costs.verify_per_token, e->costs.draft_per_seq);
 }
 
 /* The decoder variant's tail in tokens: -1 = the shortest exact one,
@@ -182,6 +296,27 @@ static int alloc_buffers(tide_engine *e, tide_status *st) {
     e->par = malloc(n * sizeof *e->par);
     e->rows = malloc(n * sizeof *e->rows);
     e->users = malloc(n * sizeof *e->users);
+    e->logit_cap = (int64_t)n;
+    e->n_new = malloc(n * sizeof *e->n_new);
+    e->why = malloc(n * sizeof *e->why);
+    e->cand = malloc(n * sizeof *e->cand);
+    e->avail = malloc(n * sizeof *e->avail);
+    e->take = malloc(n * sizeof *e->take);
+    e->rres = malloc(n * sizeof *e->rres);
+    free(e->res);
+    e->res = malloc(n * (size_t)(e->block + 1) * sizeof *e->res);
+    if (!e->n_new || !e->why || !e->cand || !e->avail || !e->take || !e->rres || !e->res)
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory (step buffers for %d sequences)", e->cfg.max_seqs);
+    if (e->spec) {
+        size_t b = (size_t)e->block;
+        e->spec_tok = malloc(n * (b + 1) * sizeof *e->spec_tok);
+        e->surv = malloc(n * b * sizeof *e->surv);
+        e->d_ids = malloc((b + 1) * sizeof *e->d_ids);
+        e->d_conf = malloc(b * sizeof *e->d_conf);
+        e->d_logits = malloc(b * (size_t)e->vocab * sizeof *e->d_logits);
+        if (!e->spec_tok || !e->surv || !e->d_ids || !e->d_conf || !e->d_logits)
+            return tide_fail(st, TIDE_ERR_NOMEM, "out of memory (speculative decoding buffers)");
+    }
     size_t words = ((size_t)e->vocab + 31) / 32;
     e->allow = malloc(words * sizeof *e->allow);
     e->cmask = malloc(n * words * sizeof *e->cmask);
@@ -236,7 +371,23 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
                          decoder_tail(e->fx, cfg->decoder_tail),
                          cfg->kv_tier};
     if (tide_sched_init(&e->sched, &sc, e->fx, st) != 0) goto fail;
+    if (cfg->spec_mode != TIDE_SPEC_OFF) {
+        const tide_text_config *tc = &e->m->cfg.text;
+        if (!e->m->has_dspark) {
+            tide_fail(st, TIDE_ERR_UNSUPPORTED, "speculative decoding: this checkpoint has no DSpark stages");
+            goto fail;
+        }
+        if (tc->dspark_block_size > TIDE_SPEC_MAX_BLOCK) {
+            tide_fail(st, TIDE_ERR_UNSUPPORTED, "speculative decoding: draft block %lld is longer than %d",
+                      (long long)tc->dspark_block_size, TIDE_SPEC_MAX_BLOCK);
+            goto fail;
+        }
+        e->spec = cfg->spec_mode;
+        e->block = (int)tc->dspark_block_size;
+        e->spec_k = cfg->spec_k < e->block ? cfg->spec_k : e->block;
+    }
     if (alloc_buffers(e, st) != 0) goto fail;
+    if (e->spec) spec_profile(e);
     /* the overlap's forward thread; without one the passes run inline */
     if (cfg->overlap && pthread_mutex_init(&e->mu, NULL) == 0) {
         if (pthread_cond_init(&e->cv, NULL) != 0) pthread_mutex_destroy(&e->mu);
@@ -292,6 +443,18 @@ void tide_engine_destroy(tide_engine *e) {
     free(e->par);
     free(e->rows);
     free(e->users);
+    free(e->n_new);
+    free(e->why);
+    free(e->cand);
+    free(e->avail);
+    free(e->take);
+    free(e->rres);
+    free(e->spec_tok);
+    free(e->surv);
+    free(e->d_ids);
+    free(e->d_conf);
+    free(e->d_logits);
+    free(e->dsp_in);
     tide_fwd_ctx_free(e->fx);
     tide_model_free(e->own_model);
     free(e);
@@ -365,15 +528,17 @@ static void emit(tide_engine *e, tide_event_kind kind, const tide_req *q, int32_
     if (!e->cfg.on_event) return;
     tide_event ev = {kind, q->id, q->user, token, tide_req_output(q), tide_req_n_output(q),
                      q->n_prompt, q->reason, q->reason == TIDE_FINISH_ERROR ? q->error : NULL, q->n_cached,
-                     0, 0, NULL, NULL};
+                     0, 0, NULL, NULL, q->n_spec_verified, q->n_spec_accepted};
     e->cfg.on_event(e->cfg.event_ctx, &ev);
 }
 
-/* A TOKEN event with the sampler's log probabilities. */
-static void emit_token(tide_engine *e, const tide_req *q, const tide_sample_result *r) {
+/* A TOKEN event with the sampler's log probabilities; n_output counts the
+ * output up to this token (a verifying step appends several at once). */
+static void emit_token(tide_engine *e, const tide_req *q, const tide_sample_result *r, int64_t n_output) {
     if (!e->cfg.on_event) return;
-    tide_event ev = {TIDE_EVENT_TOKEN, q->id, q->user, r->token, tide_req_output(q), tide_req_n_output(q),
-                     q->n_prompt, q->reason, NULL, q->n_cached, r->logprob, r->n_top, r->top_ids, r->top_logprobs};
+    tide_event ev = {TIDE_EVENT_TOKEN, q->id, q->user, r->token, tide_req_output(q), n_output,
+                     q->n_prompt, q->reason, NULL, q->n_cached, r->logprob, r->n_top, r->top_ids, r->top_logprobs,
+                     q->n_spec_verified, q->n_spec_accepted};
     e->cfg.on_event(e->cfg.event_ctx, &ev);
 }
 
@@ -397,9 +562,9 @@ static void fail_all(tide_engine *e, const tide_sched_plan *p, const char *msg) 
     }
 }
 
-/* Fails q when its logits hold a NaN or an infinity (the model never
- * produces one from sound weights: the sampler would only see "no finite
- * logit"); returns whether it did. */
+/* Records an error on q when its logits hold a NaN or an infinity (the
+ * model never produces one from sound weights: the sampler would only see
+ * "no finite logit"); returns whether it did. The caller finishes q. */
 static int bad_logits(tide_engine *e, tide_req *q, const float *logits) {
     int64_t bad = 0, first = -1;
     for (int64_t t = 0; t < e->vocab; t++)
@@ -416,13 +581,13 @@ static int bad_logits(tide_engine *e, tide_req *q, const float *logits) {
              (double)logits[first]);
     tide_log(TIDE_LOG_ERROR, "engine: %s", msg);
     tide_req_set_error(q, msg);
-    finish(e, q, TIDE_FINISH_ERROR);
     return 1;
 }
 
 /* The allowed tokens of a constrained row k: the constraint's mask (its
- * end tokens are the request's stop tokens) within the engine's own; fails
- * the request (returns 1) when the constraint cannot go on. */
+ * end tokens are the request's stop tokens) within the engine's own; sets
+ * the request's error and returns 1 when the constraint cannot go on (the
+ * caller ends it). */
 static int constraint_mask(tide_engine *e, tide_req *q, int k, const uint32_t **allow) {
     size_t words = ((size_t)e->vocab + 31) / 32;
     uint32_t *m = e->cmask + (size_t)k * words;
@@ -431,7 +596,6 @@ static int constraint_mask(tide_engine *e, tide_req *q, int k, const uint32_t **
         char msg[TIDE_STATUS_MSG + 64];
         snprintf(msg, sizeof msg, "request %lld: %s", (long long)q->id, st.msg);
         tide_req_set_error(q, msg);
-        finish(e, q, TIDE_FINISH_ERROR);
         return 1;
     }
     for (size_t w = 0; w < words; w++) m[w] &= e->allow[w];
@@ -453,65 +617,227 @@ static void prefetch_masks(tide_engine *e) {
     }
 }
 
-/* Samples the rows that reached the end of their sequence, appends, reports,
- * applies the stop conditions. The pass wrote row k's logits for the k-th
- * item that samples; rows with non-finite logits fail their request and
- * the others close up. */
+/* Logit rows of a flight item: every fed row when it verifies drafts, the
+ * last when it samples, none otherwise. */
+static int64_t logit_rows(const tide_sched_item *it) {
+    if (it->logits != TIDE_LOGITS_LAST) return 0;
+    return it->req->n_verify > 0 ? it->n_tokens : 1;
+}
+
+/* Samples the rows that reached the end of their sequence and appends the
+ * tokens (reporting and stopping come after the pages are registered:
+ * report_rows). A plain row gives one token. A verifying row (its
+ * sequence fed [last, d0 .. d(k-1)]) samples row j at position pos + 1 + j
+ * with the request's (seed, position) exactly as plain decoding would, in
+ * rounds: row j + 1 only if row j's token equals d_j. So the tokens are
+ * those of plain decoding (greedy or sampled), and a draft token is
+ * accepted with the target's probability of it, which is the standard
+ * speculative rule for a draft that puts all its mass on one token (the
+ * DSpark head drafts greedily): docs/spec.md. The cache is then rolled back
+ * to the rows whose token was kept. Rows with non-finite logits, sampling
+ * and append failures end their request (why = ERROR). */
 static void sample_rows(tide_engine *e, const tide_sched_plan *p) {
-    int n = 0, row = 0;
+    int stride = e->block + 1, rounds = 1;
+    int64_t row = 0;
     for (int i = 0; i < p->n_items; i++) {
-        if (p->items[i].logits != TIDE_LOGITS_LAST) continue;
-        tide_req *q = p->items[i].req;
-        float *lg = e->logits + (int64_t)row++ * e->vocab;
-        if (bad_logits(e, q, lg)) continue;
-        const uint32_t *allow = e->allow;
-        if (q->cons && constraint_mask(e, q, n, &allow)) continue;
-        if (n + 1 != row) memcpy(e->logits + (int64_t)n * e->vocab, lg, (size_t)e->vocab * sizeof *lg);
-        e->rows[n] = q;
-        e->par[n] = &q->sp;
-        e->in[n] = (tide_sampler_input){.logits = e->logits + (int64_t)n * e->vocab,
-                                        .allow = allow,
-                                        .prompt = q->tokens,
-                                        .n_prompt = q->n_prompt,
-                                        .output = tide_req_output(q),
-                                        .n_output = tide_req_n_output(q),
-                                        .position = (uint64_t)q->n_tokens};
-        n++;
+        const tide_sched_item *it = &p->items[i];
+        e->n_new[i] = e->why[i] = 0;
+        e->cand[i] = it->logits == TIDE_LOGITS_LAST ? (int)row : -1; /* first logit row */
+        row += logit_rows(it);
+        if (it->req->n_verify + 1 > rounds) rounds = it->req->n_verify + 1;
     }
-    if (n == 0) return;
     tide_status st = {0};
     double t0 = tide_now_seconds();
-    tide_sample_batch(tide_fwd_pool(e->fx), e->ws, e->par, e->in, e->res, n, &st);
+    for (int j = 0; j < rounds; j++) {
+        int n = 0;
+        for (int i = 0; i < p->n_items; i++) {
+            tide_req *q = p->items[i].req;
+            if (e->cand[i] < 0 || e->why[i] || e->n_new[i] != j || j > q->n_verify) continue; /* done */
+            if (j > 0 && e->res[i * stride + j - 1].token != q->draft[j - 1]) continue;
+            const float *lg = e->logits + (e->cand[i] + j) * e->vocab;
+            if (bad_logits(e, q, lg)) {
+                e->why[i] = TIDE_FINISH_ERROR;
+                continue;
+            }
+            /* an output constraint: round j's mask follows the tokens that
+             * stand (accepted below round by round), so a draft token it
+             * forbids is never sampled, and nothing needs rolling back */
+            const uint32_t *allow = e->allow;
+            if (q->cons && constraint_mask(e, q, n, &allow)) {
+                e->why[i] = TIDE_FINISH_ERROR;
+                continue;
+            }
+            e->take[n] = i;
+            e->par[n] = &q->sp;
+            e->in[n] = (tide_sampler_input){.logits = lg,
+                                            .allow = allow,
+                                            .prompt = q->tokens,
+                                            .n_prompt = q->n_prompt,
+                                            .output = tide_req_output(q),
+                                            .n_output = tide_req_n_output(q),
+                                            .position = (uint64_t)q->n_tokens};
+            n++;
+        }
+        if (n == 0) break;
+        tide_sample_batch(tide_fwd_pool(e->fx), e->ws, e->par, e->in, e->rres, n, &st);
+        for (int r = 0; r < n; r++) {
+            int i = e->take[r];
+            tide_req *q = p->items[i].req;
+            int32_t t = e->rres[r].token;
+            if (t < 0) {
+                char msg[TIDE_STATUS_MSG + 64];
+                snprintf(msg, sizeof msg, "request %lld: sampling failed: %s", (long long)q->id,
+                         st.msg[0] ? st.msg : "no token");
+                tide_req_set_error(q, msg);
+                e->why[i] = TIDE_FINISH_ERROR;
+                continue;
+            }
+            tide_status pst = {0};
+            if (tide_req_push(q, t, &pst) != 0) {
+                tide_req_set_error(q, pst.msg);
+                e->why[i] = TIDE_FINISH_ERROR;
+                continue;
+            }
+            if (q->cons && tide_cons_accept(q->cons, t, q->sp.stop_tokens, q->sp.n_stop_tokens, &pst) != 0) {
+                tide_req_set_error(q, pst.msg); /* the mask allowed it: a bug */
+                e->why[i] = TIDE_FINISH_ERROR;
+                continue;
+            }
+            e->res[i * stride + e->n_new[i]++] = e->rres[r];
+            tide_stop_reason why = tide_sampling_stop(&q->sp, t, tide_req_n_output(q));
+            if (why == TIDE_STOP_TOKEN) e->why[i] = TIDE_FINISH_STOP;
+            else if (why == TIDE_STOP_LENGTH) e->why[i] = TIDE_FINISH_LENGTH;
+            else if (q->cons && tide_cons_done(q->cons)) e->why[i] = TIDE_FINISH_STOP; /* nothing else can follow */
+        }
+    }
     e->last_sample_s = tide_now_seconds() - t0;
     e->sample_s += e->last_sample_s;
+    int verified = 0;
+    for (int i = 0; i < p->n_items; i++) {
+        tide_req *q = p->items[i].req;
+        e->tokens_generated += e->n_new[i];
+        if (e->spec && e->cand[i] >= 0) e->spec_seq_steps++;
+        if (q->n_verify == 0) continue;
+        int k = q->n_verify, acc = 0;
+        while (acc < e->n_new[i] && acc < k && e->res[i * stride + acc].token == q->draft[acc]) acc++;
+        q->n_spec_verified += k;
+        q->n_spec_accepted += acc;
+        e->spec_verified += k;
+        e->spec_accepted += acc;
+        verified = 1;
+        /* the fed rows whose tokens stand: last, then the accepted drafts
+         * that were followed by a token (the newest token is fed next) */
+        tide_status rst = {0};
+        if (q->has_cache && tide_seq_rollback(&q->cache, &q->ck, e->n_new[i], &rst) != 0) {
+            tide_req_set_error(q, rst.msg);
+            e->why[i] = TIDE_FINISH_ERROR;
+        }
+        q->n_draft = 0;
+    }
+    e->spec_steps += verified;
+}
+
+/* Reports the tokens sample_rows appended, one TOKEN event each, and ends
+ * the requests that stopped or failed. */
+static void report_rows(tide_engine *e, const tide_sched_plan *p) {
+    int stride = e->block + 1;
+    int n = p->n_items;
+    for (int i = 0; i < n; i++) e->rows[i] = p->items[i].req; /* finishing edits the plan's owner */
     for (int i = 0; i < n; i++) {
         tide_req *q = e->rows[i];
-        int32_t t = e->res[i].token;
-        if (t < 0) {
-            char msg[TIDE_STATUS_MSG + 64];
-            snprintf(msg, sizeof msg, "request %lld: sampling failed: %s", (long long)q->id,
-                     st.msg[0] ? st.msg : "no token");
-            tide_req_set_error(q, msg);
-            finish(e, q, TIDE_FINISH_ERROR);
-            continue;
-        }
-        if (tide_req_push(q, t, &st) != 0) {
-            tide_req_set_error(q, st.msg);
-            finish(e, q, TIDE_FINISH_ERROR);
-            continue;
-        }
-        if (q->cons && tide_cons_accept(q->cons, t, q->sp.stop_tokens, q->sp.n_stop_tokens, &st) != 0) {
-            tide_req_set_error(q, st.msg); /* the mask allowed it: a bug */
-            finish(e, q, TIDE_FINISH_ERROR);
-            continue;
-        }
-        e->tokens_generated++;
-        emit_token(e, q, &e->res[i]);
-        tide_stop_reason why = tide_sampling_stop(&q->sp, t, tide_req_n_output(q));
-        if (why == TIDE_STOP_TOKEN) finish(e, q, TIDE_FINISH_STOP);
-        else if (why == TIDE_STOP_LENGTH) finish(e, q, TIDE_FINISH_LENGTH);
-        else if (q->cons && tide_cons_done(q->cons)) finish(e, q, TIDE_FINISH_STOP); /* nothing else can follow */
+        int64_t base = tide_req_n_output(q) - e->n_new[i];
+        for (int j = 0; j < e->n_new[i]; j++) emit_token(e, q, &e->res[i * stride + j], base + j + 1);
+        if (e->why[i]) finish(e, q, (tide_finish_reason)e->why[i]);
     }
+}
+
+/* The draft head after a pass (spec on): every committed row seeds the
+ * DSpark stages' window rings, and every request that sampled and goes on
+ * gets its next draft block from its last committed row (the row of
+ * position sp = cache.pos - 1, whose token was just sampled). */
+static void draft_rows(tide_engine *e, const tide_sched_plan *p) {
+    int64_t row = 0, width = e->m->cfg.text.n_dspark_target_layer_ids * e->m->cfg.text.hidden_size;
+    double t0 = tide_now_seconds();
+    for (int i = 0; i < p->n_items; i++) {
+        const tide_sched_item *it = &p->items[i];
+        tide_req *q = e->rows[i];
+        const float *h = e->dsp_in + row * width;
+        row += it->n_tokens;
+        if (q->state != TIDE_REQ_RUNNING || !q->has_cache) continue;
+        int sampled = it->logits == TIDE_LOGITS_LAST;
+        int64_t keep = q->n_verify > 0 ? e->n_new[i] : it->n_tokens, sp = it->pos + keep - 1;
+        int64_t seed = sampled && sp >= 1 ? keep - 1 : keep;
+        tide_status st = {0};
+        if (seed > 0 && tide_dspark_seed(e->fx, &q->cache, h, seed, it->pos, &st) != 0) goto bad;
+        if (seed == keep) continue;
+        if (e->draft_hook) { /* tests: drafts from elsewhere; the rings are seeded all the same */
+            if (tide_dspark_seed(e->fx, &q->cache, h + (keep - 1) * width, 1, sp, &st) != 0) goto bad;
+            memset(e->d_conf, 0, (size_t)e->block * sizeof *e->d_conf);
+            e->draft_hook(e->draft_ctx, q->user, q->tokens, q->n_tokens, q->draft, e->d_conf, e->block);
+        } else {
+            tide_dspark_out out = {e->d_ids, e->d_logits, e->d_conf};
+            if (tide_dspark_draft(e->fx, &q->cache, h + (keep - 1) * width, sp, q->tokens[q->n_tokens - 1], NULL,
+                                  &out, &st) != 0)
+                goto bad;
+            memcpy(q->draft, e->d_ids + 1, (size_t)e->block * sizeof *q->draft);
+        }
+        tide_spec_survival(e->d_conf, e->block, q->surv);
+        q->n_draft = e->block;
+        q->draft_at = q->n_tokens;
+        e->spec_drafted += e->block;
+        continue;
+    bad: /* the draft is only a guess: go on without one */
+        tide_log(TIDE_LOG_WARN, "engine: request %lld: no draft: %s", (long long)q->id, st.msg);
+        q->n_draft = 0;
+    }
+    e->draft_s += tide_now_seconds() - t0;
+}
+
+/* Before launch (spec on): the budget picks how many drafts each sampling
+ * sequence verifies; the plan's items grow by them (as the token budget and
+ * the KV pool allow), each verifying sequence takes a rollback checkpoint,
+ * and the buffers grow to the pass's rows. */
+static void spec_attach(tide_engine *e) {
+    tide_sched *s = &e->sched;
+    tide_sched_plan *p = &s->plan;
+    int n = 0, win = e->m->cfg.text.sliding_window;
+    for (int i = 0; i < p->n_items; i++) {
+        const tide_sched_item *it = &p->items[i];
+        tide_req *q = it->req;
+        q->n_verify = 0;
+        if (it->logits != TIDE_LOGITS_LAST || it->n_tokens != 1 || q->n_draft == 0 || q->draft_at != q->n_tokens ||
+            it->pos != q->n_tokens - 1)
+            continue;
+        /* at most window - 1 drafts (rollback), and none past max_tokens */
+        int64_t lim = q->n_draft, left = q->sp.max_tokens - tide_req_n_output(q) - 1;
+        if (lim > win - 1) lim = win - 1;
+        if (lim > left) lim = left;
+        if (lim <= 0) continue;
+        e->cand[n] = i;
+        e->avail[n] = (int)lim;
+        memcpy(e->surv + (int64_t)n * e->block, q->surv, (size_t)e->block * sizeof *q->surv);
+        n++;
+    }
+    if (n > 0)
+        tide_spec_budget(&e->costs, e->spec, e->spec_k, n, e->surv, e->block, e->avail, p->n_tokens,
+                         e->cfg.max_step_tokens - p->n_tokens, e->take);
+    for (int c = 0; c < n; c++) {
+        if (e->take[c] == 0) continue;
+        tide_req *q = p->items[e->cand[c]].req;
+        tide_status st = {0};
+        if (tide_seq_checkpoint(&q->cache, &q->ck, 1 + e->take[c], &st) != 0) continue;
+        int g = (int)tide_sched_extend(s, e->cand[c], e->take[c]);
+        q->n_verify = g;
+        int32_t *t = e->spec_tok + (int64_t)e->cand[c] * (e->block + 1);
+        t[0] = q->tokens[q->n_tokens - 1];
+        memcpy(t + 1, q->draft, (size_t)g * sizeof *t);
+        if (g == 0) q->cache.ckpt = NULL; /* nothing granted: plain decoding */
+    }
+    int64_t rows = 0;
+    for (int i = 0; i < p->n_items; i++) rows += logit_rows(&p->items[i]);
+    int64_t width = e->m->cfg.text.n_dspark_target_layer_ids * e->m->cfg.text.hidden_size;
+    grow(&e->logits, &e->logit_cap, rows, e->vocab);
+    grow(&e->dsp_in, &e->dsp_cap, p->n_tokens, width);
 }
 
 /* ---- one step: prepare, launch, complete ----------------------------------- */
@@ -537,7 +863,7 @@ static void step_prepare(tide_engine *e) {
  * the KV blocks they hold (written), and frc / fst / fwd_done; the wait
  * publishes them to the driving thread. */
 static void run_forward(tide_engine *e) {
-    tide_step_out out = {e->logits, NULL};
+    tide_step_out out = {e->logits, e->spec ? e->dsp_in : NULL};
     if (e->fault && e->fault(e->fault_ctx, e->users, e->n_seqs, &e->fst) != 0) e->frc = -1;
     else e->frc = tide_forward(e->fx, e->seqs, e->n_seqs, &out, &e->fst);
     e->fwd_done = tide_now_seconds();
@@ -588,6 +914,10 @@ static int step_launch(tide_engine *e) {
     for (int i = 0; i < f->n_items; i++) {
         tide_req *q = f->items[i].req;
         e->seqs[i] = (tide_step_seq){&q->cache, q->tokens + f->items[i].pos, f->items[i].n_tokens, f->items[i].logits};
+        if (q->n_verify > 0) { /* [last, drafts]: every row's logits */
+            e->seqs[i].tokens = e->spec_tok + (int64_t)i * (e->block + 1);
+            e->seqs[i].logits = TIDE_LOGITS_ALL;
+        }
         e->users[i] = q->user;
     }
     e->n_seqs = f->n_items;
@@ -635,8 +965,10 @@ static void step_complete(tide_engine *e) {
     } else {
         e->tokens_fed += s->flight.n_tokens;
         for (int i = 0; i < s->flight.n_items; i++) s->flight.items[i].req->solo = 0; /* it passed */
+        sample_rows(e, &s->flight); /* appends, rolls back rejected drafts */
         tide_sched_after_step(s);
-        sample_rows(e, &s->flight);
+        report_rows(e, &s->flight);
+        if (e->spec) draft_rows(e, &s->flight);
     }
     tide_sched_land(s);
 }
@@ -686,9 +1018,12 @@ int tide_engine_step(tide_engine *e, tide_status *st) {
     double t1 = tide_now_seconds(), tc = t1, plan = t1 - t0, hidden = 0, done = t1;
     int ran = s->plan.n_items > 0;
     if (ran) {
+        if (e->spec) spec_attach(e);
         int threaded = step_launch(e);
         double tp = tide_now_seconds();
-        step_prepare(e);
+        /* speculative steps are planned afresh: how far a verifying
+         * sequence gets is known only after its rows are sampled */
+        if (!e->spec) step_prepare(e);
         double dt = tide_now_seconds() - tp;
         if (threaded) {
             prefetch_masks(e);
@@ -736,6 +1071,8 @@ int tide_engine_get(const tide_engine *e, tide_request_id id, tide_request_info 
     info->seed = q->sp.seed;
     info->n_preempted = q->n_preempted;
     info->n_cached = q->n_cached;
+    info->n_spec_verified = q->n_spec_verified;
+    info->n_spec_accepted = q->n_spec_accepted;
     return 0;
 }
 
@@ -799,6 +1136,15 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
         s->tokens_per_s = (double)e->tokens_fed / e->step_seconds;
         s->generated_per_s = (double)e->tokens_generated / e->step_seconds;
     }
+    s->spec_steps = e->spec_steps;
+    s->spec_seq_steps = e->spec_seq_steps;
+    s->spec_drafted = e->spec_drafted;
+    s->spec_verified = e->spec_verified;
+    s->spec_accepted = e->spec_accepted;
+    s->spec_verify_fixed_s = e->costs.verify_fixed;
+    s->spec_verify_token_s = e->costs.verify_per_token;
+    s->spec_draft_seq_s = e->costs.draft_per_seq;
+    s->spec_draft_seconds = e->draft_s;
     const tide_sched *sc = &e->sched;
     if (!sc->prefix_on) return;
     const tide_sched_prefix *x = &sc->px;
@@ -825,6 +1171,11 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
 int64_t tide_engine_clear_prefix_cache(tide_engine *e) { return tide_sched_clear_prefix(&e->sched); }
 
 int tide_engine_check(const tide_engine *e, tide_status *st) { return tide_sched_check(&e->sched, st); }
+
+void tide_engine_set_draft_hook(tide_engine *e, tide_engine_draft_fn fn, void *ctx) {
+    e->draft_hook = fn;
+    e->draft_ctx = ctx;
+}
 
 void tide_engine_set_fault(tide_engine *e, tide_engine_fault_fn fn, void *ctx) {
     e->fault = fn;

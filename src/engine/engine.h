@@ -18,6 +18,17 @@ int tide_engine_create_with_model(const tide_engine_config *cfg, const tide_mode
 typedef int (*tide_engine_fault_fn)(void *ctx, void *const *users, int n, tide_status *st);
 void tide_engine_set_fault(tide_engine *e, tide_engine_fault_fn fn, void *ctx);
 
+/* Speculative decoding, for tests: a draft source used instead of the
+ * DSpark head (whose stage rings are still seeded): called for every new
+ * draft block with the request's tokens (the draft continues
+ * tokens[n_tokens - 1]); it writes draft[0..n) and may set the confidence
+ * logits conf[0..n) (0 when left). Outputs never depend on the drafts, only
+ * speed does: tests use it to force accepted and rejected drafts. NULL
+ * removes it. */
+typedef void (*tide_engine_draft_fn)(void *ctx, void *user, const int32_t *tokens, int64_t n_tokens, int32_t *draft,
+                                     float *conf, int n);
+void tide_engine_set_draft_hook(tide_engine *e, tide_engine_draft_fn fn, void *ctx);
+
 /* Checks the KV pool's and the prefix cache's reference counts against
  * their holders (tide_sched_check). For tests. */
 int tide_engine_check(const tide_engine *e, tide_status *st);

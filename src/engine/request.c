@@ -102,6 +102,7 @@ void tide_req_free(tide_req *q) {
     free(q->tokens);
     free(q->pages);
     free(q->error);
+    tide_seq_ckpt_free(&q->ck);
     free(q);
 }
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "cache/seq_cache.h"
+#include "engine/spec.h"
 #include "tide.h"
 
 typedef struct tide_req {
@@ -42,6 +43,16 @@ typedef struct tide_req {
     int64_t exact_pages;
     int64_t n_withheld;       /* of its inexact pages, those kept out of the cache so far */
     struct tide_cons *cons;   /* output constraint (owned), NULL none */
+    /* Speculative decoding (engine/spec.h): the draft made after its last
+     * step, valid while n_tokens == draft_at (it continues tokens[draft_at
+     * - 1]); the rollback checkpoint of a verifying step; its counts. */
+    int32_t draft[TIDE_SPEC_MAX_BLOCK];
+    float surv[TIDE_SPEC_MAX_BLOCK];
+    int n_draft;
+    int64_t draft_at;
+    int n_verify;             /* drafts the step in flight verifies */
+    tide_seq_ckpt ck;
+    int64_t n_spec_verified, n_spec_accepted;
 } tide_req;
 
 /* What a request is checked against and completed with. */

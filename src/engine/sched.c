@@ -607,6 +607,24 @@ void tide_sched_make_plan(tide_sched *s) {
     s->px.planned_blocks = planned;
 }
 
+int64_t tide_sched_extend(tide_sched *s, int i, int64_t extra) {
+    tide_sched_plan *p = &s->plan;
+    tide_sched_item *it = &p->items[i];
+    int64_t left = s->cfg.max_step_tokens - p->n_tokens;
+    if (extra > left) extra = left;
+    int64_t end = it->pos + it->n_tokens, planned = s->px.planned_blocks, nb = 0;
+    for (; extra > 0; extra--) {
+        nb = need_blocks(s, end + extra, &it->req->cache, 0) - need_blocks(s, end, &it->req->cache, 0);
+        if (nb <= room(s) - planned) break;
+    }
+    if (extra <= 0) return 0;
+    reclaim(s, planned + nb);
+    s->px.planned_blocks = planned + nb;
+    it->n_tokens += extra;
+    p->n_tokens += extra;
+    return extra;
+}
+
 int tide_sched_reserve(tide_sched *s, tide_status *st) {
     tide_kv_pool *kv = tide_fwd_kv(s->fx);
     for (int i = 0; i < s->plan.n_items; i++) {

@@ -177,6 +177,13 @@ void tide_sched_retry_alone(tide_sched *s, tide_req *q);
  * cover what the plan's chunks will reserve. */
 void tide_sched_make_plan(tide_sched *s);
 
+/* Speculative decoding: lets plan item i (one that samples) feed up to
+ * `extra` more tokens (drafts to verify) when the step's token budget and
+ * the KV pool allow (evicting idle cached pages if needed); grows the
+ * item's n_tokens and the plan's count. Returns how many it granted. Only
+ * with nothing in flight (the engine plans speculative steps afresh). */
+int64_t tide_sched_extend(tide_sched *s, int i, int64_t extra);
+
 /* Moves the plan to the flight (the plan is then empty). After
  * tide_sched_reserve. */
 void tide_sched_launch(tide_sched *s);

@@ -54,9 +54,11 @@ typedef struct serve_metrics {
     int64_t prompt_tokens, generated_tokens, cached_tokens;
     int64_t disconnects, timeouts;
     serve_hist ttft, itl, e2e;
+    serve_hist spec_acc; /* per request: accepted / verified drafts (ratio buckets) */
 } serve_metrics;
 
 void serve_hist_add(serve_hist *h, double seconds);
+void serve_ratio_add(serve_hist *h, double ratio); /* buckets 0.1 .. 1 */
 void serve_metrics_count_status(serve_metrics *m, int status);
 
 /* ---- jobs: one generation request (serve_job.c) ----

@@ -89,6 +89,8 @@ static void on_done(void *ud, const tide_gen_result *r) {
     m->generated_tokens += r->usage.completion_tokens;
     m->cached_tokens += r->usage.cached_tokens;
     if (j->t_first > 0) serve_hist_add(&m->e2e, serve_now() - j->t_arrive);
+    if (r->usage.spec_verified > 0)
+        serve_ratio_add(&m->spec_acc, (double)r->usage.spec_accepted / (double)r->usage.spec_verified);
     j->finished = 1;
     wake(j);
     list_remove(&srv->active, j);

@@ -20,6 +20,17 @@ void serve_hist_add(serve_hist *h, double s) {
     h->n++;
 }
 
+/* Ratios 0..1 in tenths (the same bucket count as the seconds). */
+static const double RATIO[SERVE_HIST_BUCKETS] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1, 1, 1};
+
+void serve_ratio_add(serve_hist *h, double r) {
+    int b = 0;
+    while (b < SERVE_HIST_BUCKETS && r > RATIO[b]) b++;
+    h->counts[b]++;
+    h->sum += r;
+    h->n++;
+}
+
 void serve_metrics_count_status(serve_metrics *m, int status) {
     for (int i = 0; i < m->n_codes; i++)
         if (m->codes[i] == status) {
@@ -29,16 +40,21 @@ void serve_metrics_count_status(serve_metrics *m, int status) {
     if (m->n_codes < SERVE_MAX_CODES) m->codes[m->n_codes] = status, m->code_counts[m->n_codes++] = 1;
 }
 
-static void hist(tide_sb *b, const char *name, const char *help, const serve_hist *h) {
+static void hist_with(tide_sb *b, const char *name, const char *help, const serve_hist *h, const double *bounds) {
     tide_sb_addf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     int64_t cum = 0;
     for (int i = 0; i < SERVE_HIST_BUCKETS; i++) {
         cum += h->counts[i];
-        tide_sb_addf(b, "%s_bucket{le=\"%g\"} %" PRId64 "\n", name, BOUNDS[i], cum);
+        if (i > 0 && bounds[i] == bounds[i - 1]) continue; /* the ratio buckets end at 1 */
+        tide_sb_addf(b, "%s_bucket{le=\"%g\"} %" PRId64 "\n", name, bounds[i], cum);
     }
     cum += h->counts[SERVE_HIST_BUCKETS];
     tide_sb_addf(b, "%s_bucket{le=\"+Inf\"} %" PRId64 "\n%s_sum %.6f\n%s_count %" PRId64 "\n", name, cum, name, h->sum,
                  name, h->n);
+}
+
+static void hist(tide_sb *b, const char *name, const char *help, const serve_hist *h) {
+    hist_with(b, name, help, h, BOUNDS);
 }
 
 static void gauge(tide_sb *b, const char *name, const char *type, const char *help, double v) {
@@ -88,6 +104,16 @@ void serve_metrics_text(tide_server *srv, serve_reply *rp) {
     gauge(&b, "tide_kv_tier_fetched_total", "counter", "pages brought in from the KV store tiers",
           (double)s->kv_tier_fetched);
     gauge(&b, "tide_kv_tier_stored_total", "counter", "pages handed to the KV store tiers", (double)s->kv_tier_stored);
+    gauge(&b, "tide_spec_drafts_verified_total", "counter", "speculative decoding: draft tokens verified",
+          (double)s->spec_verified);
+    gauge(&b, "tide_spec_drafts_accepted_total", "counter", "speculative decoding: draft tokens accepted",
+          (double)s->spec_accepted);
+    gauge(&b, "tide_spec_acceptance_ratio", "gauge", "accepted / verified draft tokens",
+          s->spec_verified ? (double)s->spec_accepted / (double)s->spec_verified : 0);
+    gauge(&b, "tide_spec_accepted_length", "gauge", "tokens per sequence-step under speculation",
+          s->spec_seq_steps ? 1.0 + (double)s->spec_accepted / (double)s->spec_seq_steps : 0);
+    hist_with(&b, "tide_spec_request_acceptance_ratio", "per request: accepted / verified draft tokens", &m->spec_acc,
+              RATIO);
     pthread_mutex_unlock(&srv->mu);
     rp->ctype = "text/plain; version=0.0.4";
     rp->status = b.oom ? 500 : 200;
