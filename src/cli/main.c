@@ -15,6 +15,7 @@ static const command commands[] = {
     {"synth", tide_cmd_synth, "write a synthetic checkpoint in the release format"},
     {"inspect", tide_cmd_inspect, "summarise a checkpoint: config, layer roles, tensors"},
     {"run", tide_cmd_run, "offline generation from a checkpoint"},
+    {"render", tide_cmd_render, "request bodies (JSONL) -> the V4.1 prompt / training text"},
     {"tokenize", tide_cmd_tokenize, "text on stdin -> token ids, one line per input line"},
     {"detokenize", tide_cmd_detokenize, "token ids on stdin -> text"},
     {"bench", tide_cmd_bench, "performance: throughput, latency, step times next to their roofline"},
