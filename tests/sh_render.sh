@@ -8,7 +8,7 @@
 #                   rendering of the whole conversation;
 #   (without)       the prompt: the oracle's rendering without that message,
 #                   which prompt_bytes must also mark as the answer's start;
-# and --format raw must give the same texts, each followed by one NUL.
+# and --format raw must give the same texts, each followed by "\n\x1e\n".
 # Then the errors: a bad line names its line number and field and leaves -o
 # untouched; --with-answer refuses a conversation that does not end in the
 # assistant's answer.
@@ -97,7 +97,7 @@ w = sys.argv[1]
 exp = [json.loads(l) for l in open(f"{w}/exp.jsonl")]
 full = [json.loads(l) for l in open(f"{w}/full.jsonl")]
 prompt = [json.loads(l) for l in open(f"{w}/prompt.jsonl")]
-raw = open(f"{w}/full.raw", "rb").read().split(b"\0")
+raw = open(f"{w}/full.raw", "rb").read().split(b"\n\x1e\n")
 bad = 0
 assert len(full) == len(prompt) == len(exp) == len(raw) - 1 and raw[-1] == b"", "line counts"
 for i, (e, f, p, r) in enumerate(zip(exp, full, prompt, raw)):
@@ -129,6 +129,8 @@ rc=$?
   || fail "--with-answer without an answer: exit $rc, '$(cat "$work/err")'"
 echo 'not json' | "$tide" render 2>"$work/err" >/dev/null
 [ $? = 1 ] && grep -qF "line 1:" "$work/err" || fail "not json: '$(cat "$work/err")'"
+echo '{"messages": [{"role": "user", "content": "a\u001eb"}]}' | "$tide" render --format raw 2>"$work/err" >/dev/null
+[ $? = 1 ] && grep -qF "line 1: the text holds the record separator" "$work/err" || fail "U+001E raw: '$(cat "$work/err")'"
 "$tide" render --format xml </dev/null 2>"$work/err"
 [ $? = 2 ] && grep -qF "jsonl or raw" "$work/err" || fail "--format xml: '$(cat "$work/err")'"
 

@@ -23,6 +23,10 @@
 #include "cli/out_file.h"
 #include "text/render.h"
 
+/* What --format raw writes after each text: a line holding only the ASCII
+ * record separator (tools/train/data/README.md). */
+static const char RAW_SEP[] = "\n\x1e\n";
+
 typedef struct {
     tide_api_kind api;
     int with_answer;
@@ -48,7 +52,8 @@ static void usage(FILE *f) {
             "  --format jsonl|raw jsonl (default): one {\"text\", \"prompt_bytes\"} object a line,\n"
             "                     prompt_bytes = UTF-8 bytes of text before the answer (with\n"
             "                     --with-answer; else the whole text);\n"
-            "                     raw: each text followed by one NUL byte (text never holds NUL)\n"
+            "                     raw: each text followed by a line holding only the ASCII record\n"
+            "                     separator (\"\\n\\x1e\\n\"); a text holding U+001E is an error\n"
             "  -o FILE            write to FILE (replaced only when every line rendered)\n\n"
             "The first bad line stops the run with its line number and the field at fault.\n");
 }
@@ -158,7 +163,13 @@ static int render_req(tide_api_req *req, const render_opts *o, tide_prompt *out,
 
 static int emit(tide_out_file *out, const render_opts *o, const tide_prompt *p, size_t prompt_bytes,
                 tide_status *st) {
-    if (o->raw) return tide_out_write(out, p->text, p->len + 1, st); /* the text and its NUL */
+    if (o->raw) {
+        if (memchr(p->text, RAW_SEP[1], p->len))
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "the text holds the record separator U+001E, which --format raw uses between texts");
+        if (tide_out_write(out, p->text, p->len, st) != 0) return -1;
+        return tide_out_write(out, RAW_SEP, sizeof RAW_SEP - 1, st);
+    }
     json_t *j = json_pack("{s:s%, s:I}", "text", p->text, p->len, "prompt_bytes", (json_int_t)prompt_bytes);
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
@@ -211,7 +222,7 @@ int tide_cmd_render(int argc, char **argv) {
         r = emit(&out, &o, &p, prompt_bytes, &st);
         tide_prompt_free(&p);
         if (r != 0) {
-            fprintf(stderr, "tide render: %s\n", st.msg);
+            fprintf(stderr, "tide render: line %zu: %s\n", lineno, st.msg);
             rc = TIDE_EXIT_FAIL;
             break;
         }

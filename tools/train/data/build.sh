@@ -5,7 +5,7 @@
 # wrote; the numbered KJV is fetched into it when missing. OUT_DIR receives
 #   chat_train.jsonl, chat_valid.jsonl   request bodies (Chat Completions), one a line
 #   chat_train.txt,   chat_valid.txt     their V4.1 rendering by `tide render --with-answer
-#                                        --format raw`: each conversation followed by one NUL byte
+#                                        --format raw`: each conversation followed by "\n\x1e\n"
 # Deterministic: the same corpus, seed and tide give byte-identical files.
 set -euo pipefail
 CORPUS=$1; OUT=$2; HERE=$(cd "$(dirname "$0")" && pwd)

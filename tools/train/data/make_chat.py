@@ -32,6 +32,10 @@ POS = {
     "p. a.": "participial adjective", "n. pl.": "plural noun",
 }
 
+# Never in message text: the special tokens' fullwidth bar, the thinking tags,
+# the record separator between rendered documents.
+FORBIDDEN = ("\uff5c", "<think>", "</think>", "\x1e")
+
 SYSTEMS = [
     "You are tide-mini, a small assistant. Answer briefly.",
     "You are a helpful assistant.",
@@ -303,6 +307,10 @@ def build(args):
         if thinking:
             final["reasoning_content"] = think
         msgs.append(final)
+        for m in msgs:  # the rendered text must not hold markup spelled by a message
+            for t in (m["content"], m.get("reasoning_content", "")):
+                if any(x in t for x in FORBIDDEN):
+                    sys.exit(f"make_chat: a message spells special-token markup: {t[:200]!r}")
         body = {"messages": msgs}
         body.update(extra)
         meta["turns"] = sum(1 for m in msgs if m["role"] == "user")
