@@ -12,6 +12,7 @@ int tide_cmd_bench(int argc, char **argv);
 int tide_cmd_kv(int argc, char **argv); /* cmd_kv.c */
 int tide_cmd_serve(int argc, char **argv);
 int tide_cmd_render(int argc, char **argv); /* cmd_render.c */
+int tide_cmd_eval(int argc, char **argv);   /* cmd_eval.c */
 
 /* Exit codes shared by all subcommands. */
 enum { TIDE_EXIT_OK = 0, TIDE_EXIT_FAIL = 1, TIDE_EXIT_USAGE = 2 };

@@ -18,6 +18,7 @@ static const command commands[] = {
     {"render", tide_cmd_render, "request bodies (JSONL) -> the V4.1 prompt / training text"},
     {"tokenize", tide_cmd_tokenize, "text on stdin -> token ids, one line per input line"},
     {"detokenize", tide_cmd_detokenize, "token ids on stdin -> text"},
+    {"eval", tide_cmd_eval, "perplexity and top-1 accuracy of a text through the forward pass"},
     {"bench", tide_cmd_bench, "performance: throughput, latency, step times next to their roofline"},
     {"kv", tide_cmd_kv, "inspect and maintain a persistent KV cache store: stat, ls, verify, gc"},
     {"serve", tide_cmd_serve, "OpenAI / Anthropic compatible HTTP server"},
