@@ -75,15 +75,6 @@ static void usage(FILE *f) {
             "  --threads N        worker threads (default 2)\n");
 }
 
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_list(const char *s, int64_t *out, int *n) {
     *n = 0;
     if (!strcmp(s, "none")) return 0;
@@ -93,7 +84,7 @@ static int parse_list(const char *s, int64_t *out, int *n) {
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (*n == MAX_VARIANTS) return -1;
         if (!strcmp(t, "full")) out[(*n)++] = FULL;
-        else if (parse_int(t, 0, 1 << 30, &out[*n]) == 0) (*n)++;
+        else if (tide_cli_parse_i64(t, 0, 1 << 30, &out[*n]) == 0) (*n)++;
         else return -1;
     }
     return *n > 0 ? 0 : -1;
@@ -111,11 +102,11 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (!v) goto bad;
         i++;
         if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--prompts") && parse_int(v, 1, 100000, &x) == 0) o->prompts = (int)x;
-        else if (!strcmp(a, "--gen") && parse_int(v, 1, 4096, &x) == 0) o->gen = (int)x;
-        else if (!strcmp(a, "--threads") && parse_int(v, 1, 256, &x) == 0) o->threads = (int)x;
-        else if (!strcmp(a, "--seed") && parse_int(v, 0, INT64_MAX, &x) == 0) o->seed = (uint64_t)x;
-        else if (!strcmp(a, "--hit") && parse_int(v, 0, 1 << 30, &x) == 0) o->hit = (int)x;
+        else if (!strcmp(a, "--prompts") && tide_cli_parse_i64(v, 1, 100000, &x) == 0) o->prompts = (int)x;
+        else if (!strcmp(a, "--gen") && tide_cli_parse_i64(v, 1, 4096, &x) == 0) o->gen = (int)x;
+        else if (!strcmp(a, "--threads") && tide_cli_parse_i64(v, 1, 256, &x) == 0) o->threads = (int)x;
+        else if (!strcmp(a, "--seed") && tide_cli_parse_i64(v, 0, INT64_MAX, &x) == 0) o->seed = (uint64_t)x;
+        else if (!strcmp(a, "--hit") && tide_cli_parse_i64(v, 0, 1 << 30, &x) == 0) o->hit = (int)x;
         else if (!strcmp(a, "--replay") && parse_list(v, o->replay, &o->n_replay) == 0) {
         } else if (!strcmp(a, "--decoder") && parse_list(v, o->decoder, &o->n_decoder) == 0) {
         } else if (!strcmp(a, "--layout") && !strcmp(v, "canonical")) o->modes = 1;
@@ -125,14 +116,15 @@ static int parse_args(int argc, char **argv, opts *o) {
             const char *colon = strchr(v, ':');
             char lo[32];
             if (!colon) {
-                if (parse_int(v, 2, 1 << 20, &x) != 0) goto bad_value;
+                if (tide_cli_parse_i64(v, 2, 1 << 20, &x) != 0) goto bad_value;
                 o->len_lo = o->len_hi = (int)x;
                 continue;
             }
             if ((size_t)(colon - v) >= sizeof lo) goto bad_value;
             memcpy(lo, v, (size_t)(colon - v));
             lo[colon - v] = 0;
-            if (parse_int(lo, 2, 1 << 20, &x) != 0 || parse_int(colon + 1, x, 1 << 20, &y) != 0) goto bad_value;
+            if (tide_cli_parse_i64(lo, 2, 1 << 20, &x) != 0 || tide_cli_parse_i64(colon + 1, x, 1 << 20, &y) != 0)
+                goto bad_value;
             o->len_lo = (int)x;
             o->len_hi = (int)y;
         } else goto bad_value;

@@ -58,15 +58,6 @@ static void usage(FILE *f) {
             "  -q, --quiet        no progress on stderr\n");
 }
 
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || !*s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, eval_opts *o) {
     memset(o, 0, sizeof *o);
     o->ctx = 512;
@@ -88,7 +79,7 @@ static int parse_args(int argc, char **argv, eval_opts *o) {
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = 1;
         else if ((!strcmp(a, "--ctx") || !strcmp(a, "--stride") || !strcmp(a, "--threads") ||
                   !strcmp(a, "--max-tokens")) && v) {
-            if (parse_int(v, 1, (int64_t)1 << 30, &n) != 0) {
+            if (tide_cli_parse_i64(v, 1, (int64_t)1 << 30, &n) != 0) {
                 fprintf(stderr, "tide eval: %s wants a positive integer, got '%s'\n", a, v);
                 return 2;
             }
