@@ -170,5 +170,16 @@ PY
 run_case slide 48 32 1
 run_case plain 40 40 0
 
+# tide eval's errors: a clear message, no crash (the ASan build runs this too).
+"$tide" eval --model "$m" --text "$work/none.txt" 2>"$work/err" >/dev/null
+[ $? = 1 ] && grep -qF "none.txt" "$work/err" || fail "eval of a missing file: $(cat "$work/err")"
+: > "$work/empty.txt"
+"$tide" eval --model "$m" --text "$work/empty.txt" 2>"$work/err" >/dev/null
+[ $? = 1 ] && grep -qF "nothing to score" "$work/err" || fail "eval of an empty file: $(cat "$work/err")"
+"$tide" eval --model "$m" --text "$work/text.txt" --ctx 8 --stride 9 2>"$work/err" >/dev/null
+[ $? = 2 ] && grep -qF "larger than --ctx" "$work/err" || fail "eval --stride > --ctx: $(cat "$work/err")"
+"$tide" eval --model "$work/none" --text "$work/text.txt" 2>"$work/err" >/dev/null
+[ $? = 1 ] && grep -qF "tokenizer.json" "$work/err" || fail "eval of a missing model: $(cat "$work/err")"
+
 [ "$fails" = 0 ] && echo "sh_tide_mini_vocab: all passed" || echo "sh_tide_mini_vocab: $fails failure(s)"
 [ "$fails" = 0 ]
