@@ -34,10 +34,12 @@ def first_words(s, n=5):
     return " ".join(s.split()[:n])
 
 
-def requests(data, per_task):
-    """-> [(request body with id, task, expected)]."""
+def requests(data, per_task, every=1):
+    """-> [(request body with id, task, expected)] of lines 0, every, 2*every, ..."""
     out, seen = [], {}
     for i, line in enumerate(open(data, encoding="utf-8")):
+        if i % every:
+            continue
         ex = json.loads(line)
         task = ex["metadata"]["task"]
         msgs = ex["messages"]
@@ -90,11 +92,14 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--data", required=True, help="chat_valid.jsonl (make_chat.py)")
     ap.add_argument("--per-task", type=int, default=50)
+    ap.add_argument("--every", type=int, default=1,
+                    help="only lines 0, K, 2K, ... (a trainer that split chat_train + chat_valid "
+                         "by index modulo 20 held out exactly the lines of chat_valid with index %% 20 == 0)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--out", help="write the per-example results here (JSON)")
     ap.add_argument("--extra", default="", help="more tide run options, e.g. '--backend cuda'")
     ns = ap.parse_args()
-    jobs = requests(ns.data, ns.per_task)
+    jobs = requests(ns.data, ns.per_task, ns.every)
     with tempfile.TemporaryDirectory() as tmp:
         req, res = os.path.join(tmp, "req.jsonl"), os.path.join(tmp, "res.jsonl")
         with open(req, "w", encoding="utf-8") as f:
