@@ -170,6 +170,14 @@ PY
 run_case slide 48 32 1
 run_case plain 40 40 0
 
+# tide bench replay --text: prompts from the text through the 16K tokenizer;
+# a full replay is exact.
+"$tide" bench replay --model "$m" --text "$work/text.txt" --prompts 2 --len 24 --gen 2 --replay 8,full \
+  --decoder none --layout canonical > "$work/replay.txt" 2>"$work/err" || fail "bench replay --text: $(cat "$work/err")"
+grep -q "^# prompts: consecutive slices of $work/text.txt" "$work/replay.txt" \
+  && grep -qE "^canonical +replay +full +0 +0 +0 +0 +1\.00 +2\.00/2$" "$work/replay.txt" \
+  || fail "bench replay --text: $(cat "$work/replay.txt")"
+
 # tide eval's errors: a clear message, no crash (the ASan build runs this too).
 "$tide" eval --model "$m" --text "$work/none.txt" 2>"$work/err" >/dev/null
 [ $? = 1 ] && grep -qF "none.txt" "$work/err" || fail "eval of a missing file: $(cat "$work/err")"

@@ -107,8 +107,7 @@ static int parse_args(int argc, char **argv, eval_opts *o) {
     return 0;
 }
 
-/* The whole of path ('-' = stdin), NUL-terminated. */
-static char *read_all(const char *path, size_t *len, tide_status *st) {
+char *tide_cli_read_file(const char *path, size_t *len, tide_status *st) {
     FILE *f = strcmp(path, "-") ? tide_fopen_regular(path, st) : stdin;
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0;
@@ -234,7 +233,7 @@ int tide_cmd_eval(int argc, char **argv) {
     FILE *dump = NULL;
     int rc = TIDE_EXIT_FAIL;
     if (tide_tokenizer_load(tokpath, &tok, &st) != 0) goto out;
-    if (!(text = read_all(o.text, &len, &st))) goto out;
+    if (!(text = tide_cli_read_file(o.text, &len, &st))) goto out;
     if (tide_tokenizer_encode(tok, text, len, o.split_special ? TIDE_ENCODE_SPLIT_SPECIAL : 0, NULL, &ids, &st) != 0) {
         tide_fail_ctx(&st, "tokenizing %s", o.text);
         goto out;
