@@ -137,9 +137,18 @@ class Writer:
     def lin(self, out, inn, gain=1.0):
         return self.randn(out, inn, std=gain / np.sqrt(inn))
 
-    def save(self, d, n_shards=2):
+    def save(self, d, n_shards=2, balance=False):
+        """balance: fill the shards by size (largest tensor first into the
+        smallest shard) instead of dealing the sorted names round-robin."""
         names = sorted(self.t)
         shards = [names[k::n_shards] for k in range(n_shards)]
+        if balance:
+            shards, sizes = [[] for _ in range(n_shards)], [0] * n_shards
+            for n in sorted(names, key=lambda n: (-len(self.t[n][2]), n)):
+                k = sizes.index(min(sizes))
+                shards[k].append(n)
+                sizes[k] += len(self.t[n][2])
+            shards = [sorted(g) for g in shards]
         wm = {}
         for k, group in enumerate(shards):
             fn = f"model-{k + 1:05d}-of-{n_shards:05d}.safetensors"
