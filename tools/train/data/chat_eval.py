@@ -4,18 +4,21 @@ tide: each example's conversation without its final answer goes to
 `tide run --input --text` (greedy), and the reply is compared with the answer
 make_chat.py recorded in the example's metadata.
 
-    chat_eval.py --tide build/tide --model models/tide-mini \\
+    chat_eval.py [--tide build/tide] [--model models/tide-mini] \\
                  --data chat_valid.jsonl [--per-task 50] [--out results.json]
 
-Scores (first --per-task examples of each task, in file order):
-  verse       the reply parses as JSON and equals {"book", "chapter", "verse"}
-              (exact); also the book alone
-  define      the reply equals '"word" (pos): definition' exactly; also its
-              first five words
+Scores (first --per-task examples of each task, in file order), "exact"
+for each and what shows the format was learned:
+  verse       the reply parses as JSON and equals {"book", "chapter", "verse"};
+              json: an object with exactly those keys; book: the book right
+  define      the reply equals '"word" (pos): definition'; headword: it starts
+              with '"word" (pos): '; first5: its first five words
   calc_call   (the conversation cut before the assistant's tool call) the
-              model calls `calculator` with the expression exactly
-  calc        (after the tool result) the reply equals "a op b = r"
-  continue    the first five words of the continuation
+              model calls `calculator` with the expression exactly; called:
+              it calls a tool at all
+  calc        (after the tool result) the reply equals "a op b = r"; form:
+              it has that form; operands: "a op b" right
+  continue    the continuation; first1 / first5: its first word / five words
   next_verse  the next verse's text, exactly
 Thinking-mode examples are scored on the final content (the reasoning is
 separate in tide's output).
@@ -23,6 +26,7 @@ separate in tide's output).
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -58,8 +62,11 @@ def requests(data, per_task, every=1):
     return out
 
 
+CALC_FORM = re.compile(r"^(-?\d+ [-+*/] -?\d+) = (-?\d+)$")
+
+
 def score(task, res, want):
-    """-> {metric: 0/1} for one reply."""
+    """-> {metric: 0/1} for one reply: "exact", and what shows the format."""
     text = (res.get("text") or "").strip()
     if task == "verse":
         try:
@@ -67,7 +74,8 @@ def score(task, res, want):
         except ValueError:
             got = None
         exp = json.loads(want["content"])
-        return {"exact": got == exp, "book": isinstance(got, dict) and got.get("book") == exp["book"]}
+        keys = isinstance(got, dict) and sorted(got) == ["book", "chapter", "verse"]
+        return {"exact": got == exp, "json": keys, "book": keys and got["book"] == exp["book"]}
     if task == "calc_call":
         calls = res.get("tool_calls") or []
         exp = want["tool_calls"][0]["function"]
@@ -81,25 +89,20 @@ def score(task, res, want):
             ok = c.get("name") == exp["name"] and args == json.loads(exp["arguments"])
         return {"exact": ok, "called": bool(calls)}
     exp = want["content"].strip()
-    if task in ("define", "continue"):
-        return {"exact": text == exp, "first5": first_words(text) == first_words(exp)}
+    if task == "define":  # '"word" (pos): definition'
+        head = exp[:exp.index("): ") + 3]
+        return {"exact": text == exp, "headword": text.startswith(head), "first5": first_words(text) == first_words(exp)}
+    if task == "calc":
+        m, e = CALC_FORM.match(text), CALC_FORM.match(exp)
+        return {"exact": text == exp, "form": bool(m), "operands": bool(m) and m.group(1) == e.group(1)}
+    if task == "continue":
+        return {"exact": text == exp, "first1": first_words(text, 1) == first_words(exp, 1),
+                "first5": first_words(text) == first_words(exp)}
     return {"exact": text == exp}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tide", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--data", required=True, help="chat_valid.jsonl (make_chat.py)")
-    ap.add_argument("--per-task", type=int, default=50)
-    ap.add_argument("--every", type=int, default=1,
-                    help="only lines 0, K, 2K, ... (a trainer that split chat_train + chat_valid "
-                         "by index modulo 20 held out exactly the lines of chat_valid with index %% 20 == 0)")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--out", help="write the per-example results here (JSON)")
-    ap.add_argument("--extra", default="", help="more tide run options, e.g. '--backend cuda'")
-    ns = ap.parse_args()
-    jobs = requests(ns.data, ns.per_task, ns.every)
+def run_tide(ns, jobs):
+    """-> {id: tide run's result line} for every job."""
     with tempfile.TemporaryDirectory() as tmp:
         req, res = os.path.join(tmp, "req.jsonl"), os.path.join(tmp, "res.jsonl")
         with open(req, "w", encoding="utf-8") as f:
@@ -108,7 +111,29 @@ def main():
         cmd = [ns.tide, "run", "--model", ns.model, "--input", req, "--text", "--output", res,
                "--threads", str(ns.threads)] + ns.extra.split()
         subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
-        got = {d["id"]: d for d in map(json.loads, open(res, encoding="utf-8"))}
+        return {d["id"]: d for d in map(json.loads, open(res, encoding="utf-8"))}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tide", default="build/tide")
+    ap.add_argument("--model", default="models/tide-mini")
+    ap.add_argument("--data", required=True, help="chat_valid.jsonl (make_chat.py)")
+    ap.add_argument("--per-task", type=int, default=50)
+    ap.add_argument("--every", type=int, default=1,
+                    help="only lines 0, K, 2K, ... (a trainer that split chat_train + chat_valid "
+                         "by index modulo 20 held out exactly the lines of chat_valid with index %% 20 == 0)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--out", help="write the per-example results here (JSON)")
+    ap.add_argument("--extra", default="", help="more tide run options, e.g. '--backend cuda'")
+    ap.add_argument("--replies", help="score the replies of an earlier --out instead of running tide")
+    ns = ap.parse_args()
+    jobs = requests(ns.data, ns.per_task, ns.every)
+    if ns.replies:
+        got = {r["id"]: {"text": r["reply"], "tool_calls": r["tool_calls"], "error": r["error"]}
+               for r in json.load(open(ns.replies, encoding="utf-8"))["examples"]}
+    else:
+        got = run_tide(ns, jobs)
     table, rows = {}, []
     for body, task, want in jobs:
         r = got.get(body["id"], {})
