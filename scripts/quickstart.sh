@@ -8,10 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 if [ -f models/tide-mini/config.json ]; then
-  # Only the command: the tests and the CUDA kernels are built by scripts/test.sh.
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build -j"$(nproc)" --target tide_cli
-  ./build/tide run --model models/tide-mini --threads "$(nproc)" --max-tokens 96 \
+  # Only the command, CPU only, in its own build folder (build-cpu): the tests
+  # and the CUDA kernels are scripts/test.sh's, in build/.
+  cmake -S . -B build-cpu -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDE_CUDA=OFF >/dev/null
+  cmake --build build-cpu -j"$(nproc)" --target tide_cli
+  ./build-cpu/tide run --model models/tide-mini --threads "$(nproc)" --max-tokens 80 --temperature 0.7 --seed 1 \
     --prompt $'Continue this passage:\n\nIt is a truth universally acknowledged, that a single man in possession of a good fortune'
 else
   bash scripts/oracle-deps.sh   # npm packages and the stand-in V4.1 tokenizer
