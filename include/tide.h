@@ -283,6 +283,14 @@ typedef struct tide_engine_stats {
     int64_t kv_blocks_cached;     /* blocks held only by idle cached pages (reclaimable) */
     int64_t kv_tier_fetched;      /* pages brought into the cache from cfg.kv_tier */
     int64_t kv_tier_stored;       /* pages handed to cfg.kv_tier */
+    /* The KV pool's storage (packed: FP4 latents with E4M3 scales per 16,
+     * FP4 index keys with UE8M0 scales per 32; docs/model.md): bytes of
+     * one block, and bytes per token of context (over the KV sources, one
+     * latent and key per ratio tokens). The window rings are per sequence:
+     * kv_ring_bytes each. */
+    int64_t kv_block_bytes;
+    double kv_bytes_per_token;
+    int64_t kv_ring_bytes;
     /* Step phases (docs/engine.md, "Overlapped scheduling"): wall-clock
      * seconds on the thread that drives the engine. prepare = planning
      * (admission, preemption, prefix lookups, the batch's descriptors);

@@ -7,9 +7,19 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "testutil.h"
+
+/* Bit-identical floats, any NaN equal to any NaN. */
+static inline int nt_same_f32(float a, float b) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    uint32_t ua, ub;
+    memcpy(&ua, &a, 4);
+    memcpy(&ub, &b, 4);
+    return ua == ub;
+}
 
 static inline float nt_sign(tu_rng *r, float x) { return (tu_next(r) & 1) ? -x : x; }
 

@@ -55,6 +55,11 @@ has offline "^tide bench offline: model synth:tiny, 6 requests" "requests/s +$NU
 printf '%s\n' '{"id": "a", "prompt_ids": [5, 6, 7, 8], "max_tokens": 3, "ignore_eos": true}' '' \
     '{"prompt_ids": [9, 10], "temperature": 0.7, "seed": 3, "ignore_eos": true}' \
     '{"prompt_ids": [11, 12, 13], "max_tokens": 2, "top_k": 5, "ignore_eos": true}' >"$WORK/in.jsonl"
+# the pool's KV bytes per token are the roofline's packed figure
+kvt=$(sed -nE 's/^  KV bytes\/token +([0-9.]+) in the pool \(roofline packed ([0-9.]+)\).*/\1 \2/p' "$WORK/offline.out")
+[ -n "$kvt" ] || fail "offline: no 'KV bytes/token' line"
+[ "${kvt% *}" = "${kvt#* }" ] || fail "offline: pool KV bytes/token ${kvt% *} != roofline ${kvt#* }"
+
 run offline_input offline --model synth:tiny --input "$WORK/in.jsonl" --gen 4 --seed 7
 has offline_input "^tide bench offline: model synth:tiny, 3 requests from .*in\.jsonl, prompt 2-4 tokens \(9 in all\), seed 7" \
     "requests/s +$NUM" "generated tok/s +$NUM \(9 tokens\)" "TTFT +p50 $NUM p90 $NUM p99 $NUM +\(ms, 3 samples\)" \
@@ -87,7 +92,7 @@ has prefix "^tide bench prefix: model synth:tiny, 3 requests of 128 shared \+ 4 
 run decode decode --model synth:tiny --batch 2 --context 40 --steps 2 --warmup 1 --copy-mib 8
 has decode "^tide bench decode: model synth:tiny, batch 2, context 40" "ceilings +copy $NUM [kMG]?B/s.*FP8 GEMM $NUM [kMGT]?FLOP/s" \
     "step +median $NUM ms \(min $NUM, max $NUM; 2 timed after 1 warm-up\)" "throughput +$NUM tokens/s" \
-    "roofline bytes +$NUM [kMG]?B = weights" "KV $NUM [kMG]?B \(f32: window" "roofline flops +$NUM [kMGT]?FLOP = GEMM" \
+    "roofline bytes +$NUM [kMG]?B = weights" "KV $NUM [kMG]?B \(packed: window" "roofline flops +$NUM [kMGT]?FLOP = GEMM" \
     "roofline time +$NUM ms = max\(bytes/BW $NUM ms, flops/rate $NUM ms\): (memory|compute) bound" \
     "roofline/measured $NUM"
 
@@ -97,6 +102,7 @@ has prefill "^tide bench prefill: model synth:tiny, prompt 24 tokens" "step +med
 
 run roofline roofline --shape flash-ep8 --batch 1,32 --context 4096 --len 8192
 has roofline "^tide bench roofline: flash-ep8, KV packed, ceilings 4800 GB/s and 1979 TFLOP/s" \
+    "^KV bytes/token $NUM \(the paged pool's latents and index keys\), window rings $NUM MiB per sequence" \
     "^decode B=1 C=4096 +$NUM GB" "^decode B=32 C=4096 " "^prefill L=8192 .* compute +$NUM$"
 
 run help --help

@@ -16,13 +16,13 @@ check() { # name command...
     shift
     out=$(env -u CI -u TIDE_TOKENIZER TIDE_TEST_DEPS_ROOT="$EMPTY" "$@" 2>&1)
     rc=$?
-    if [ $rc -ne 0 ] || ! echo "$out" | grep -qiE "skip"; then
+    if [ $rc -ne 0 ] || ! grep -qiE "skip" <<<"$out"; then
         echo "FAIL $name without CI: exit $rc, or no word of skipping"; echo "$out" | tail -5 | sed 's/^/  /'
         fails=$((fails + 1))
     else echo "ok   $name skips without CI"; fi
     out=$(env -u TIDE_TOKENIZER CI=true TIDE_TEST_DEPS_ROOT="$EMPTY" "$@" 2>&1)
     rc=$?
-    if [ $rc -eq 0 ] || ! echo "$out" | grep -q "required under CI"; then
+    if [ $rc -eq 0 ] || ! grep -q "required under CI" <<<"$out"; then
         echo "FAIL $name under CI: exit $rc, or no word of it being required"; echo "$out" | tail -5 | sed 's/^/  /'
         fails=$((fails + 1))
     else echo "ok   $name fails under CI"; fi

@@ -25,7 +25,7 @@ fail=0
 
 "$tide" serve --help | grep -q -- '--api-key' || { echo "FAIL: --help lacks --api-key"; fail=1; }
 out=$("$tide" serve --model "$work" --backend cuda 2>&1) && { echo "FAIL: --backend cuda accepted"; fail=1; }
-echo "$out" | grep -q 'backend cuda' || { echo "FAIL: --backend cuda: no reason given: $out"; fail=1; }
+grep -q 'backend cuda' <<<"$out" || { echo "FAIL: --backend cuda: no reason given: $out"; fail=1; }
 
 "$tide" synth --shape tiny -o "$work/tiny" >/dev/null 2>&1 || { echo "FAIL: synth"; exit 1; }
 source "$src/tests/serve_start.sh"
@@ -37,7 +37,7 @@ timeout 120 node "$npm/serve_clients.mjs" "http://127.0.0.1:$port" test-key || f
 out=$(timeout 120 "$tide" bench serve --url "http://127.0.0.1:$port" --model "$work/tiny" --api-key test-key \
   --requests 3 --prompt-len 4-8 --gen 3 2>&1) || { echo "FAIL: bench serve: $out"; fail=1; }
 for p in '^  generated tok/s  .* \(9 tokens\)$' '^  TTFT  .*\(ms, 3 samples\)$' '^  end-to-end' '^  errors           0$'; do
-  echo "$out" | grep -Eq "$p" || { echo "FAIL: bench serve output lacks '$p'"; echo "$out"; fail=1; }
+  grep -Eq "$p" <<<"$out" || { echo "FAIL: bench serve output lacks '$p'"; echo "$out"; fail=1; }
 done
 
 kill -TERM "$pid"

@@ -15,9 +15,9 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/tide-ep8-XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 ( ulimit -v $((2 * 1024 * 1024)); "$tide" synth --shape flash-ep8 --layers 1 --seed 7 -o "$dir/ck" -q )
 out=$("$tide" inspect "$dir/ck")
-echo "$out" | grep -q "verified: all .* tensors the config requires are present with the right dtype and shape" \
+grep -q "verified: all .* tensors the config requires are present with the right dtype and shape" <<<"$out" \
   || { echo "$out"; echo "FAIL: inspect did not verify"; exit 1; }
-echo "$out" | grep -q "PARTIAL" || { echo "FAIL: a --layers checkpoint is not marked partial"; exit 1; }
+grep -q "PARTIAL" <<<"$out" || { echo "FAIL: a --layers checkpoint is not marked partial"; exit 1; }
 # Released widths, read back by the numpy reader (headers only: no data read).
 PYTHONDONTWRITEBYTECODE=1 "$py" - "$src/tools/ref" "$dir/ck" <<'PY'
 import json, os, struct, sys

@@ -55,8 +55,13 @@ static tide_fwd_ctx *ctx(const tide_model *m, int64_t max_blocks) {
 }
 
 /* x is unchanged by the simulation sim(x, n, block) and not all zero. */
-static void assert_fixed(const float *x, int64_t n, int which) {
-    float *y = malloc((size_t)n * sizeof *y);
+/* A packed entry (kv_pack.h) of format `which` (0 window, 1 latent, 2 key):
+ * its values are on the format's grid (a fixed point of the simulation) and
+ * mostly non-zero. */
+static void assert_fixed(const uint8_t *e, int64_t n, int which) {
+    tide_kv_fmt f = which == 0 ? TIDE_KV_WINDOW : which == 1 ? TIDE_KV_LATENT : TIDE_KV_KEY;
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    tide_kv_unpack(f, e, n, x);
     memcpy(y, x, (size_t)n * sizeof *y);
     if (which == 0) tide_sim_fp8_act(y, (size_t)n, 32);
     else if (which == 1) tide_sim_fp4_e4m3(y, (size_t)n, 16);
@@ -65,6 +70,7 @@ static void assert_fixed(const float *x, int64_t n, int which) {
     int nonzero = 0;
     for (int64_t i = 0; i < n; i++) nonzero += x[i] != 0.0f && isfinite(x[i]);
     assert_true(nonzero > n / 4);
+    free(x);
     free(y);
 }
 
@@ -134,14 +140,14 @@ static void test_reproducible(void **state) {
     assert_int_equal(tide_bench_fill_context(fx, &a, 30, f->seed, &st), 0);
     assert_int_equal(tide_bench_fill_context(fx, &b, 30, f->seed, &st), 0);
     assert_int_equal(tide_bench_fill_context(fx, &c, 30, f->seed + 1, &st), 0);
-    size_t ring = (size_t)a.n_layers * (size_t)a.window * (size_t)a.head_dim * sizeof(float);
+    size_t ring = (size_t)a.n_layers * (size_t)a.window * a.ring_bytes;
     assert_memory_equal(a.tokens, b.tokens, 30 * sizeof(int32_t));
     assert_memory_equal(a.rings, b.rings, ring);
     assert_memory_not_equal(a.rings, c.rings, ring);
     assert_memory_equal(tide_kv_latent(kv, &a.tables[0], 7), tide_kv_latent(kv, &b.tables[0], 7),
-                        (size_t)kv->latent_dim * sizeof(float));
+                        kv->lat_bytes);
     assert_memory_not_equal(tide_kv_key(kv, &a.tables[2], 20), tide_kv_key(kv, &c.tables[2], 20),
-                            (size_t)kv->key_dim * sizeof(float));
+                            kv->key_bytes);
     tide_fwd_seq_free(fx, &a);
     tide_fwd_seq_free(fx, &b);
     tide_fwd_seq_free(fx, &c);

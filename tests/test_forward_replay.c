@@ -81,10 +81,8 @@ static uint64_t checksum(tide_fwd_ctx *fx, const tide_seq_cache *c, int64_t froz
     uint64_t h = 1469598103934665603ull;
     for (int k = 0; k < c->n_src; k++)
         for (int64_t j = 0; j < frozen / c->src[k].ratio; j++) {
-            const unsigned char *a = (const unsigned char *)tide_kv_latent(kv, &c->tables[k], j);
-            const unsigned char *b = (const unsigned char *)tide_kv_key(kv, &c->tables[k], j);
-            for (size_t i = 0; i < (size_t)kv->latent_dim * sizeof(float); i++) h = (h ^ a[i]) * 1099511628211ull;
-            for (size_t i = 0; i < (size_t)kv->key_dim * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+            const unsigned char *a = tide_kv_latent(kv, &c->tables[k], j); /* packed latent and key */
+            for (size_t i = 0; i < tide_kv_pos_bytes(kv); i++) h = (h ^ a[i]) * 1099511628211ull;
         }
     return h;
 }

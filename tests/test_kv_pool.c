@@ -6,7 +6,31 @@
 #include <string.h>
 
 #include "cache/kv_pool.h"
+#include "num/num.h"
 #include "testutil.h"
+
+/* Position j of table t gets latent {0, j+1, 0..} and key {-j-1, 0..},
+ * packed (dims <= 16). */
+static void put_pos(const tide_kv_pool *p, const tide_block_table *t, int64_t j) {
+    float l[16] = {0}, k[16] = {0};
+    l[1] = (float)(j + 1);
+    k[0] = (float)(-j - 1);
+    tide_kv_put_latent(p, t, j, l);
+    tide_kv_put_key(p, t, j, k);
+}
+
+/* Does position j hold what put_pos(j) stored (the simulated values)? */
+static int has_pos(const tide_kv_pool *p, const tide_block_table *t, int64_t j) {
+    float l[16] = {0}, k[16] = {0}, gl[16], gk[16];
+    l[1] = (float)(j + 1);
+    k[0] = (float)(-j - 1);
+    tide_sim_fp4_e4m3(l, (size_t)p->latent_dim, 16);
+    tide_sim_fp4_e8m0(k, (size_t)p->key_dim, 32);
+    tide_kv_get_latent(p, t, j, gl);
+    tide_kv_get_key(p, t, j, gk);
+    return !memcmp(l, gl, (size_t)p->latent_dim * sizeof(float)) && !memcmp(k, gk, (size_t)p->key_dim * sizeof(float)) &&
+           gl[1] != 0 && gk[0] != 0;
+}
 
 static void check_accounting(const tide_kv_pool *p) {
     int64_t zero = 0;
@@ -64,10 +88,7 @@ static void test_share(void **state) {
     assert_int_equal(tide_kv_pool_init(&p, 2, 3, 2, 8, &st), 0);
     tide_block_table a = {0}, b = {0};
     assert_int_equal(tide_kv_reserve(&p, &a, 8, &st), 0); /* 4 blocks */
-    for (int64_t j = 0; j < 8; j++) {
-        tide_kv_latent(&p, &a, j)[1] = (float)(j + 1);
-        tide_kv_key(&p, &a, j)[0] = (float)(-j - 1);
-    }
+    for (int64_t j = 0; j < 8; j++) put_pos(&p, &a, j);
     /* b shares a's first three blocks and adds one private block */
     assert_int_equal(tide_kv_share(&p, &b, a.blocks, 3, &st), 0);
     assert_int_equal(b.n, 3);
@@ -78,10 +99,7 @@ static void test_share(void **state) {
     assert_int_equal(b.n, 4);
     assert_int_not_equal(b.blocks[3], a.blocks[3]);
     assert_int_equal(tide_kv_used(&p), 5);
-    for (int64_t j = 0; j < 6; j++) {
-        assert_true(tide_kv_latent(&p, &b, j)[1] == (float)(j + 1));
-        assert_true(tide_kv_key(&p, &b, j)[0] == (float)(-j - 1));
-    }
+    for (int64_t j = 0; j < 6; j++) assert_true(has_pos(&p, &b, j));
     /* a third holder that is not a table (the prefix cache) */
     int32_t held[2] = {a.blocks[0], a.blocks[1]};
     assert_int_equal(tide_kv_ref(&p, held, 2, &st), 0);
@@ -95,7 +113,7 @@ static void test_share(void **state) {
     assert_int_equal(tide_kv_block_refs(&p, a2), 1);
     assert_int_equal(tide_kv_block_refs(&p, held[0]), 2);
     assert_int_equal(tide_kv_used(&p), 4);
-    for (int64_t j = 0; j < 6; j++) assert_true(tide_kv_latent(&p, &b, j)[1] == (float)(j + 1));
+    for (int64_t j = 0; j < 6; j++) assert_true(has_pos(&p, &b, j));
     check_accounting(&p);
     /* b lets go: only the cache's blocks remain */
     tide_kv_release(&p, &b);
@@ -105,7 +123,7 @@ static void test_share(void **state) {
     /* a new sequence can share the held blocks again, with their contents */
     tide_block_table c = {0};
     assert_int_equal(tide_kv_share(&p, &c, held, 2, &st), 0);
-    for (int64_t j = 0; j < 4; j++) assert_true(tide_kv_key(&p, &c, j)[0] == (float)(-j - 1));
+    for (int64_t j = 0; j < 4; j++) assert_true(has_pos(&p, &c, j));
     assert_int_equal(tide_kv_unref(&p, held, 2, &st), 0); /* the cache evicts */
     assert_int_equal(tide_kv_used(&p), 2);                  /* c still holds them */
     tide_kv_release(&p, &c);

@@ -465,10 +465,10 @@ static void test_node_gone(void **state) {
     assert_int_equal(tide_kvtiers_create(&tc, &t, &st), 0);
     const tide_kv_tier *h = tide_kvtiers_hooks(t);
     int32_t toks[16];
-    float kv[200], back[200];
+    uint8_t kv[712], back[712]; /* packed blocks: bytes */
     for (int i = 0; i < 16; i++) toks[i] = (int32_t)(tu_next(&f->r) % 1000);
-    for (int i = 0; i < 200; i++) kv[i] = (float)tu_normal(&f->r);
-    tide_kv_page pg = {5, toks, 16, 8, 0, kv, 200};
+    for (int i = 0; i < 712; i++) kv[i] = (uint8_t)tu_next(&f->r);
+    tide_kv_page pg = {5, toks, 16, 8, 0, kv, 712};
     h->put(h->ctx, &pg);
     tide_kvtiers_flush(t);
     pg.data = back;
@@ -585,6 +585,18 @@ static void test_shard_format(void **state) {
     file[0] = 'X';
     assert_int_equal(tide_kvs_hdr_parse(file, sizeof file, &g, &st), -1);
     assert_non_null(strstr(st.msg, "magic"));
+    /* the version: 2 (packed pages); version 1 (f32 pages) is refused by name */
+    h.page_bytes = 600;
+    tide_kvs_hdr_write(&h, data, file);
+    assert_int_equal(file[8], TIDE_KVS_VERSION);
+    assert_int_equal(tide_kvs_hdr_parse(file, sizeof file, &g, &st), 0);
+    file[8] = 1;
+    uint64_t hs = tide_kvs_sum(file, 120); /* a well-formed version 1 header */
+    for (int i = 0; i < 8; i++) file[120 + i] = (uint8_t)(hs >> (8 * i));
+    assert_int_equal(tide_kvs_hdr_parse(file, sizeof file, &g, &st), -1);
+    assert_int_equal(st.code, TIDE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(st.msg, "version 1"));
+    assert_non_null(strstr(st.msg, "f32"));
     h.page_bytes = 641; /* more than 10 shards of 64 */
     tide_kvs_hdr_write(&h, data, file);
     assert_int_equal(tide_kvs_hdr_parse(file, sizeof file, &g, &st), -1);

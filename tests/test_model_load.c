@@ -9,6 +9,7 @@
 #include "cache/kv_pool.h"
 #include "cache/seq_cache.h"
 #include "model/model.h"
+#include "num/num.h"
 #include "test_ops_util.h"
 
 static void test_load_tiny(void **state) {
@@ -99,15 +100,26 @@ static void test_kv_pool(void **state) {
     tide_block_table a = {0}, b = {0};
     assert_int_equal(tide_kv_reserve(&pool, &a, 9, &st), 0); /* 3 blocks */
     assert_int_equal(tide_kv_reserve(&pool, &b, 8, &st), 0); /* 2 blocks: the pool is full */
+    /* entries are packed (FP4): what comes back is the simulation of what went in */
     for (int64_t j = 0; j < 9; j++) {
-        float *l = tide_kv_latent(&pool, &a, j), *k = tide_kv_key(&pool, &a, j);
+        float l[8], k[3];
         for (int d = 0; d < 8; d++) l[d] = (float)(j * 100 + d);
         for (int d = 0; d < 3; d++) k[d] = (float)(-j * 100 - d);
+        tide_kv_put_latent(&pool, &a, j, l);
+        tide_kv_put_key(&pool, &a, j, k);
     }
-    for (int64_t j = 0; j < 8; j++) tide_kv_latent(&pool, &b, j)[0] = -1;
+    float neg[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    for (int64_t j = 0; j < 8; j++) tide_kv_put_latent(&pool, &b, j, neg);
     for (int64_t j = 0; j < 9; j++) {
-        assert_true(tide_kv_latent(&pool, &a, j)[7] == (float)(j * 100 + 7));
-        assert_true(tide_kv_key(&pool, &a, j)[2] == (float)(-j * 100 - 2));
+        float l[8], k[3], gl[8], gk[3];
+        for (int d = 0; d < 8; d++) l[d] = (float)(j * 100 + d);
+        for (int d = 0; d < 3; d++) k[d] = (float)(-j * 100 - d);
+        tide_sim_fp4_e4m3(l, 8, 16);
+        tide_sim_fp4_e8m0(k, 3, 32);
+        tide_kv_get_latent(&pool, &a, j, gl);
+        tide_kv_get_key(&pool, &a, j, gk);
+        assert_memory_equal(l, gl, sizeof l);
+        assert_memory_equal(k, gk, sizeof k);
     }
     assert_int_equal(tide_kv_reserve(&pool, &a, 13, &st), -1);
     assert_int_equal(st.code, TIDE_ERR_NOMEM);
@@ -120,7 +132,8 @@ static void test_kv_pool(void **state) {
     assert_int_equal(tide_seq_cache_init(&c, 3, 8, 16, 2, 2, &st), 0);
     int32_t t[5] = {1, 2, 3, 4, 5};
     assert_int_equal(tide_seq_cache_push_tokens(&c, t, 5, &st), 0);
-    assert_true(tide_seq_ring(&c, 2, 13) == c.rings + (2 * 8 + 5) * 16);
+    assert_true(tide_seq_ring(&c, 2, 13) == c.rings + (2 * 8 + 5) * c.ring_bytes);
+    assert_int_equal(c.ring_bytes, 16 + 1); /* FP8 codes + one UE8M0 scale */
     tide_seq_cache_free(&c, NULL);
 }
 

@@ -15,17 +15,9 @@
 
 #define N 8192
 
-static int same_f32(float a, float b) {
-    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-    uint32_t ua, ub;
-    memcpy(&ua, &a, 4);
-    memcpy(&ub, &b, 4);
-    return ua == ub;
-}
-
 static void assert_same_row(const float *a, const float *b, size_t n, const char *what) {
     for (size_t i = 0; i < n; i++) {
-        if (!same_f32(a[i], b[i])) fail_msg("%s: element %zu: %a vs %a", what, i, (double)a[i], (double)b[i]);
+        if (!nt_same_f32(a[i], b[i])) fail_msg("%s: element %zu: %a vs %a", what, i, (double)a[i], (double)b[i]);
     }
 }
 
@@ -88,7 +80,7 @@ static void check_fp8_act(size_t block) {
             constant &= xb[i] == xb[0];
         }
         if (constant)
-            for (size_t i = 0; i < block; i++) assert_true(same_f32(deq[b * block + i], deq[b * block]));
+            for (size_t i = 0; i < block; i++) assert_true(nt_same_f32(deq[b * block + i], deq[b * block]));
     }
     free(x), free(sim), free(deq), free(q), free(sc);
 }
@@ -350,7 +342,7 @@ static void test_sim_values_are_bf16(void **state) {
         memcpy(y, x, N * sizeof(float));
         sims[k](y, N, blocks[k]);
         for (size_t i = 0; i < N; i++)
-            if (isfinite(y[i]) && !same_f32(tide_round_bf16(y[i]), y[i]))
+            if (isfinite(y[i]) && !nt_same_f32(tide_round_bf16(y[i]), y[i]))
                 fail_msg("sim %d: %a is not a bf16 value", k, (double)y[i]);
     }
     free(x), free(y);

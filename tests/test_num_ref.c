@@ -34,14 +34,6 @@ static void *slurp(const char *dir, const char *name, size_t want) {
     return buf;
 }
 
-static int same_f32(float a, float b) {
-    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-    uint32_t ua, ub;
-    memcpy(&ua, &a, 4);
-    memcpy(&ub, &b, 4);
-    return ua == ub;
-}
-
 /* Compares n elements of size sz; `skip` (may be NULL) marks elements to
  * leave out. Reports the first difference with the input it came from. */
 static void compare(const fixture *fx, const char *name, const void *mine, size_t n, size_t sz, size_t per_input,
@@ -55,7 +47,7 @@ static void compare(const fixture *fx, const char *name, const void *mine, size_
             float fa, fb;
             memcpy(&fa, a, 4);
             memcpy(&fb, b, 4);
-            same = same_f32(fa, fb);
+            same = nt_same_f32(fa, fb);
         } else {
             same = memcmp(a, b, sz) == 0;
         }

@@ -63,7 +63,7 @@ static void assert_same_state(const tide_seq_cache *a, const tide_seq_cache *b) 
     for (int l = 0; l < a->n_layers; l++)
         for (int64_t t = a->pos - a->window; t < a->pos; t++)
             if (t >= 0)
-                assert_memory_equal(tide_seq_ring(a, l, t), tide_seq_ring(b, l, t), (size_t)a->head_dim * sizeof(float));
+                assert_memory_equal(tide_seq_ring(a, l, t), tide_seq_ring(b, l, t), a->ring_bytes);
     /* partial groups: the slots of the current group's fed positions */
     for (int k = 0; k < a->n_src; k++) {
         int64_t r = a->src[k].ratio, g0 = a->pos / r * r;

@@ -46,6 +46,19 @@ lib=$P/usr/lib/x86_64-linux-gnu
 for pc in "$lib"/pkgconfig/*.pc; do
   sed -i -e "s#=/usr#=$P/usr#g" -e "s#-I/usr#-I$P/usr#g" -e "s#-L/usr#-L$P/usr#g" "$pc"
 done
+# libcurl (tide bench serve, tide route): Debian's libcurl4 needs Debian's
+# libssh2, libldap, librtmp... which this image lacks, so the link of `tide`
+# fails (2026-12-02). Link and run the machine's own libcurl (curl keeps its
+# ABI) with the .deb's headers: libcurl.so.4, else git's libcurl-gnutls.so.4.
+sys_curl=$(ls /usr/lib/x86_64-linux-gnu/libcurl.so.4 /lib/x86_64-linux-gnu/libcurl.so.4 \
+  /usr/lib/x86_64-linux-gnu/libcurl-gnutls.so.4 2>/dev/null | head -1 || true)
+if [ -n "$sys_curl" ]; then
+  rm -f "$lib"/libcurl.so*
+  ln -s "$sys_curl" "$lib/libcurl.so"
+  echo "build.sh: libcurl from the machine ($sys_curl), headers from the .deb"
+else
+  echo "build.sh: WARNING: no libcurl on this machine; Debian's needs libraries the image may lack" >&2
+fi
 export PKG_CONFIG_LIBDIR=$lib/pkgconfig PKG_CONFIG_PATH=$lib/pkgconfig
 export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CMAKE_PREFIX_PATH=$P/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}

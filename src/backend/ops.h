@@ -33,7 +33,10 @@
 
 #include <stdint.h>
 
+#include "base/status.h"
 #include "base/threadpool.h"
+
+struct tide_st;
 
 typedef enum tide_wtype {
     TIDE_W_F32 = 0, /* f32 [out][in] */
@@ -146,6 +149,13 @@ struct tide_ops {
     /* One compressor group: out[d] = bf16(sum_i kv[i][d] * softmax_i(score[.][d]))
      * over the group's r tokens, f32 (kv, score: [r][dim]). */
     void (*compress_pool)(const tide_ops *self, const float *kv, const float *score, int r, int64_t dim, float *out);
+
+    /* Optional (NULL for the CPU, which reads the mapped checkpoint where it
+     * lies): place every tensor of the checkpoint in the backend's memory
+     * once, before the first step, so that no step copies weights. The
+     * engine calls it right after loading the model. It refuses, before
+     * allocating anything, a model that does not fit, saying by how much. */
+    int (*bind_weights)(const tide_ops *self, const struct tide_st *ck, tide_status *st);
 };
 
 /* The CPU backend (reference semantics, threaded over the pool). */

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -77,4 +78,42 @@ FILE *tide_fopen_regular(const char *path, tide_status *st) {
         tide_fail(st, TIDE_ERR_NOMEM, "%s: cannot open a stream: out of memory", path);
     }
     return f;
+}
+
+int tide_read_file(const char *path, size_t max, char **out, size_t *out_len, tide_status *st) {
+    *out = NULL;
+    FILE *f = tide_fopen_regular(path, st);
+    if (!f) return -1;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 1 >= cap) {
+            if (cap > max) {
+                free(buf);
+                fclose(f);
+                return tide_fail(st, TIDE_ERR_INVALID, "%s: larger than %zu bytes", path, max);
+            }
+            cap = cap ? 2 * cap : 1 << 16;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return tide_fail(st, TIDE_ERR_NOMEM, "%s: out of memory", path);
+            }
+            buf = nb;
+        }
+        size_t k = fread(buf + len, 1, cap - len - 1, f);
+        len += k;
+        if (!k) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return tide_fail(st, TIDE_ERR_IO, "%s: read error", path);
+    }
+    buf[len] = 0;
+    *out = buf;
+    *out_len = len;
+    return 0;
 }

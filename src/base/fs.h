@@ -19,4 +19,8 @@ int tide_open_regular(const char *path, tide_status *st);
 /* The same as a stdio stream ("rb"); NULL with the message on failure. */
 FILE *tide_fopen_regular(const char *path, tide_status *st);
 
+/* Reads a whole regular file of at most `max` bytes into *out (malloc'd,
+ * NUL-terminated; *len excludes the NUL). */
+int tide_read_file(const char *path, size_t max, char **out, size_t *len, tide_status *st);
+
 #endif

@@ -42,12 +42,14 @@ static int fill_tokens(const tide_model *m, tide_seq_cache *c, int64_t n, fill_r
 /* The last min(n, window) ring entries of every layer, DSpark stages included. */
 static void fill_rings(tide_seq_cache *c, int64_t n, fill_rng *r) {
     int64_t lo = n > c->window ? n - c->window : 0;
+    float *v = malloc((size_t)c->head_dim * sizeof *v);
+    if (!v) abort();
     for (int l = 0; l < c->n_layers; l++)
         for (int64_t p = lo; p < n; p++) {
-            float *v = tide_seq_ring(c, l, p);
             normal_row(r, v, c->head_dim);
-            tide_sim_fp8_act(v, (size_t)c->head_dim, 32);
+            tide_seq_ring_put(c, l, p, v); /* FP8, packed */
         }
+    free(v);
 }
 
 /* One KV source: its partial group, its latents and index keys. */
@@ -62,13 +64,15 @@ static int fill_source(tide_fwd_ctx *fx, tide_seq_cache *c, int k, int ratio, in
     }
     int64_t nc = n / ratio;
     if (tide_kv_reserve(kv, &c->tables[k], nc, st) != 0) return tide_fail_ctx(st, "context fill of %lld tokens", (long long)n);
-    for (int64_t j = 0; j < nc; j++) {
-        float *lat = tide_kv_latent(kv, &c->tables[k], j), *key = tide_kv_key(kv, &c->tables[k], j);
-        normal_row(r, lat, kv->latent_dim);
-        tide_sim_fp4_e4m3(lat, (size_t)kv->latent_dim, 16);
-        normal_row(r, key, kv->key_dim);
-        tide_sim_fp4_e8m0(key, (size_t)kv->key_dim, 32);
+    float *v = malloc((size_t)(kv->latent_dim > kv->key_dim ? kv->latent_dim : kv->key_dim) * sizeof *v);
+    if (!v) return tide_fail(st, TIDE_ERR_NOMEM, "context fill: out of memory");
+    for (int64_t j = 0; j < nc; j++) { /* packed FP4 */
+        normal_row(r, v, kv->latent_dim);
+        tide_kv_put_latent(kv, &c->tables[k], j, v);
+        normal_row(r, v, kv->key_dim);
+        tide_kv_put_key(kv, &c->tables[k], j, v);
     }
+    free(v);
     c->n_comp[k] = nc;
     return 0;
 }

@@ -16,6 +16,21 @@ tide_roof_kv tide_roof_kv_f32(void) {
     return k;
 }
 
+double tide_roof_kv_token_bytes(const tide_config *cfg, const tide_roof_kv *kv) {
+    const tide_text_config *x = &cfg->text;
+    double hd = (double)x->head_dim, ID = (double)x->index_head_dim, b = 0.0;
+    for (int i = 0; i < x->num_hidden_layers; i++) {
+        const tide_layer_role *r = &cfg->roles[i];
+        if (r->compress_ratio > 0 && r->is_kv_source) b += (hd * kv->latent + ID * kv->key) / r->compress_ratio;
+    }
+    return b;
+}
+
+double tide_roof_kv_ring_bytes(const tide_config *cfg, const tide_roof_kv *kv) {
+    const tide_text_config *x = &cfg->text;
+    return (double)x->num_hidden_layers * (double)x->sliding_window * (double)x->head_dim * kv->window;
+}
+
 double tide_roof_expected_experts(int64_t n_experts, int64_t k, int64_t n_tokens) {
     if (n_experts <= 0 || k <= 0 || n_tokens <= 0) return 0.0;
     if (k >= n_experts) return (double)n_experts;

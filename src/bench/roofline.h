@@ -53,12 +53,23 @@ typedef struct tide_roof_kv {
     double key;    /* index key */
 } tide_roof_kv;
 
-/* The packed layout of the CUDA backend: window FP8 with an E8M0 scale per
+/* The packed layout of the caches (cache/kv_pack.h, on the CPU and the GPU): window FP8 with an E8M0 scale per
  * 32 (1 + 1/32), latents FP4 with an E4M3 scale per 16 (0.5 + 1/16: 288 B
  * per 512-wide latent), keys FP4 with an E8M0 scale per 32 (68 B per 128). */
 tide_roof_kv tide_roof_kv_packed(void);
 /* The CPU reference's f32 cache (4 B per value everywhere). */
 tide_roof_kv tide_roof_kv_f32(void);
+
+/* KV bytes per token of context: what the paged pool holds for each token
+ * a sequence has cached, over every KV source of the backbone, one latent
+ * and one index key per `ratio` tokens (every KV source owns its keys: the
+ * config check guarantees it). The window rings are per sequence, not per
+ * token: tide_roof_kv_ring_bytes. With tide_roof_kv_packed this is the
+ * figure `tide bench offline` reports as "KV bytes per token" and the CPU
+ * pools measure (tests/test_kv_pack.c). */
+double tide_roof_kv_token_bytes(const tide_config *cfg, const tide_roof_kv *kv);
+/* Bytes of one sequence's window rings: window entries per backbone layer. */
+double tide_roof_kv_ring_bytes(const tide_config *cfg, const tide_roof_kv *kv);
 
 typedef struct tide_roof {
     /* bytes */

@@ -8,6 +8,8 @@ int tide_kv_pool_init(tide_kv_pool *p, int block_len, int64_t latent_dim, int64_
     p->block_len = block_len;
     p->latent_dim = latent_dim;
     p->key_dim = key_dim;
+    p->lat_bytes = tide_kv_entry_bytes(TIDE_KV_LATENT, latent_dim);
+    p->key_bytes = tide_kv_entry_bytes(TIDE_KV_KEY, key_dim);
     p->n_blocks = 0;
     p->max_blocks = max_blocks;
     p->blocks = NULL;
@@ -37,7 +39,7 @@ static int grow(tide_kv_pool *p, tide_status *st) {
                          (long long)p->max_blocks, p->block_len);
     int64_t cap = p->n_blocks ? 2 * p->n_blocks : 16;
     if (cap > p->max_blocks) cap = p->max_blocks;
-    float **b = realloc(p->blocks, (size_t)cap * sizeof *b);
+    uint8_t **b = realloc(p->blocks, (size_t)cap * sizeof *b);
     if (!b) return tide_fail(st, TIDE_ERR_NOMEM, "KV pool: out of memory");
     p->blocks = b;
     int32_t *f = realloc(p->free_list, (size_t)cap * sizeof *f);
@@ -46,9 +48,9 @@ static int grow(tide_kv_pool *p, tide_status *st) {
     int32_t *r = realloc(p->ref, (size_t)cap * sizeof *r);
     if (!r) return tide_fail(st, TIDE_ERR_NOMEM, "KV pool: out of memory");
     p->ref = r;
-    size_t per = (size_t)p->block_len * (size_t)(p->latent_dim + p->key_dim);
+    size_t per = tide_kv_block_bytes(p);
     for (int64_t i = p->n_blocks; i < cap; i++) {
-        p->blocks[i] = calloc(per, sizeof(float));
+        p->blocks[i] = calloc(per, 1);
         if (!p->blocks[i]) {
             p->n_blocks = i; /* keep what we have; report */
             return tide_fail(st, TIDE_ERR_NOMEM, "KV pool: out of memory");
@@ -158,11 +160,27 @@ int32_t tide_kv_block_refs(const tide_kv_pool *p, int32_t b) {
     return p->ref[b];
 }
 
-float *tide_kv_latent(const tide_kv_pool *p, const tide_block_table *t, int64_t j) {
-    float *b = p->blocks[t->blocks[j / p->block_len]];
-    return b + (j % p->block_len) * (p->latent_dim + p->key_dim);
+uint8_t *tide_kv_latent(const tide_kv_pool *p, const tide_block_table *t, int64_t j) {
+    uint8_t *b = p->blocks[t->blocks[j / p->block_len]];
+    return b + (size_t)(j % p->block_len) * tide_kv_pos_bytes(p);
 }
 
-float *tide_kv_key(const tide_kv_pool *p, const tide_block_table *t, int64_t j) {
-    return tide_kv_latent(p, t, j) + p->latent_dim;
+uint8_t *tide_kv_key(const tide_kv_pool *p, const tide_block_table *t, int64_t j) {
+    return tide_kv_latent(p, t, j) + p->lat_bytes;
+}
+
+void tide_kv_put_latent(const tide_kv_pool *p, const tide_block_table *t, int64_t j, const float *v) {
+    tide_kv_pack(TIDE_KV_LATENT, v, p->latent_dim, tide_kv_latent(p, t, j));
+}
+
+void tide_kv_put_key(const tide_kv_pool *p, const tide_block_table *t, int64_t j, const float *v) {
+    tide_kv_pack(TIDE_KV_KEY, v, p->key_dim, tide_kv_key(p, t, j));
+}
+
+void tide_kv_get_latent(const tide_kv_pool *p, const tide_block_table *t, int64_t j, float *v) {
+    tide_kv_unpack(TIDE_KV_LATENT, tide_kv_latent(p, t, j), p->latent_dim, v);
+}
+
+void tide_kv_get_key(const tide_kv_pool *p, const tide_block_table *t, int64_t j, float *v) {
+    tide_kv_unpack(TIDE_KV_KEY, tide_kv_key(p, t, j), p->key_dim, v);
 }

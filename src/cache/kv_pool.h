@@ -6,6 +6,13 @@
  * position j lives in block table[j / block_len], slot j % block_len. Blocks
  * come from a free list; nothing moves once written.
  *
+ * Entries are stored packed in the release's formats (kv_pack.h): a latent
+ * is FP4 e2m1 with an E4M3 scale per 16 (288 bytes at head_dim 512), an
+ * index key FP4 e2m1 with a UE8M0 scale per 32 (68 bytes at 128). A block is
+ * block_len positions of lat_bytes + key_bytes each, latent first. Every
+ * position has a key slot, also for KV sources whose indexer does not own
+ * keys (unused there).
+ *
  * Blocks are reference counted so that the prefix cache can share full
  * blocks of global KV between sequences (read-only: a shared block is never
  * written again). Every holder owns one reference: a block table that lists
@@ -13,25 +20,24 @@
  * free list when its last reference is dropped. A block reserved by
  * tide_kv_reserve starts with one reference (its table's): private blocks
  * behave exactly as before counts existed.
- *
- * Values are stored as f32 holding the simulated (exactly representable)
- * numbers: the CPU reference trades memory for simplicity. A packed FP4 pool
- * (288 + 68 bytes per position in the released shape) is the CUDA backend's
- * job; the addressing stays the same. */
+ */
 #ifndef TIDE_CACHE_KV_POOL_H
 #define TIDE_CACHE_KV_POOL_H
 
 #include <stdint.h>
 
 #include "base/status.h"
+#include "cache/kv_pack.h"
 
 typedef struct tide_kv_pool {
     int block_len;          /* compressed positions per block */
     int64_t latent_dim;     /* head_dim */
     int64_t key_dim;        /* index_head_dim */
+    size_t lat_bytes;       /* packed latent: tide_kv_entry_bytes(TIDE_KV_LATENT, latent_dim) */
+    size_t key_bytes;       /* packed key: tide_kv_entry_bytes(TIDE_KV_KEY, key_dim) */
     int64_t n_blocks;       /* capacity; grows on demand up to max_blocks */
     int64_t max_blocks;
-    float **blocks;         /* [n_blocks] each block_len * (latent_dim + key_dim) floats */
+    uint8_t **blocks;       /* [n_blocks] each block_len * (lat_bytes + key_bytes) bytes */
     int32_t *ref;           /* [n_blocks] references; 0 = on the free list */
     int32_t *free_list;
     int64_t n_free;
@@ -79,8 +85,20 @@ static inline int64_t tide_kv_available(const tide_kv_pool *p) {
     return p->max_blocks - p->n_blocks + p->n_free;
 }
 
-/* Addresses of position j's latent / index key (j must be reserved). */
-float *tide_kv_latent(const tide_kv_pool *p, const tide_block_table *t, int64_t j);
-float *tide_kv_key(const tide_kv_pool *p, const tide_block_table *t, int64_t j);
+/* Bytes of one position (packed latent + packed key) and of one block. */
+static inline size_t tide_kv_pos_bytes(const tide_kv_pool *p) { return p->lat_bytes + p->key_bytes; }
+static inline size_t tide_kv_block_bytes(const tide_kv_pool *p) {
+    return (size_t)p->block_len * tide_kv_pos_bytes(p);
+}
+
+/* Addresses of position j's packed latent / index key (j must be reserved). */
+uint8_t *tide_kv_latent(const tide_kv_pool *p, const tide_block_table *t, int64_t j);
+uint8_t *tide_kv_key(const tide_kv_pool *p, const tide_block_table *t, int64_t j);
+/* Position j's latent (latent_dim floats) / index key (key_dim floats):
+ * put packs raw (unsimulated) values, get decodes the simulated ones. */
+void tide_kv_put_latent(const tide_kv_pool *p, const tide_block_table *t, int64_t j, const float *v);
+void tide_kv_put_key(const tide_kv_pool *p, const tide_block_table *t, int64_t j, const float *v);
+void tide_kv_get_latent(const tide_kv_pool *p, const tide_block_table *t, int64_t j, float *v);
+void tide_kv_get_key(const tide_kv_pool *p, const tide_block_table *t, int64_t j, float *v);
 
 #endif

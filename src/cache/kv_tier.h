@@ -7,8 +7,9 @@
  * salt and the tokens of the whole prefix up to the page's end (the tier
  * derives its own key from them and the model's fingerprint). Its data is
  * the page's global KV as the pool holds it: for each KV source in order,
- * its blocks of the page in order, each block_len x (latent_dim + key_dim)
- * floats. A page boundary is a multiple of every compress ratio, so no
+ * its blocks of the page in order, each block_len positions of a packed
+ * latent and a packed index key (kv_pool.h, kv_pack.h: tide_kv_block_bytes
+ * bytes per block). A page boundary is a multiple of every compress ratio, so no
  * compressor partial group ever straddles one, and the window rings are
  * never stored (a restore rebuilds them by bounded replay). */
 #ifndef TIDE_CACHE_KV_TIER_H
@@ -22,8 +23,8 @@ typedef struct tide_kv_page {
     int64_t n_tokens;
     int64_t page_tokens;
     uint64_t chain;        /* the prefix cache's chain hash of the page (prefix.h) */
-    float *data;           /* [n_floats]: put reads it, get fills it */
-    int64_t n_floats;
+    uint8_t *data;         /* [n_bytes]: put reads it, get fills it */
+    int64_t n_bytes;
 } tide_kv_page;
 
 typedef struct tide_kv_tier {
@@ -34,6 +35,10 @@ typedef struct tide_kv_tier {
     /* A page the prefix cache does not have: fill pg->data and return 1 if
      * a tier holds it, 0 if not. Called in page order at admission. */
     int (*get)(void *ctx, tide_kv_page *pg);
+    /* Optional (NULL: none): returns once every page put so far is
+     * written, so that another process can read it (tide route's
+     * disaggregated prefill). Not called by the scheduler. */
+    void (*flush)(void *ctx);
 } tide_kv_tier;
 
 #endif

@@ -531,12 +531,30 @@ int tide_kvstore_has(tide_kvstore *s, tide_kvs_key key) {
     return r;
 }
 
+/* The page's entry; with cfg.scan_misses, a page the index lacks (or holds
+ * too few shards of) is looked for on disk first: another process sharing
+ * the store may have written it since this one opened it (tide route's
+ * prefill replicas write what its decode replicas read). Under mu. */
+static entry *find_or_scan(tide_kvstore *s, tide_kvs_key key) {
+    entry *e = find(s, key);
+    if (!s->cfg.scan_misses || (e && popcount(e->mask) >= s->cfg.k)) return e;
+    char hex[33], name[48];
+    tide_kvs_key_hex(key, hex);
+    for (int i = 0; i < s->cfg.k + s->cfg.m; i++) {
+        if (e && (e->mask >> i & 1)) continue;
+        snprintf(name, sizeof name, "%s.%d", hex, i);
+        scan_file(s, i, s->nodes[i], name);
+        e = find(s, key); /* scan_file may have grown (moved) the index */
+    }
+    return e;
+}
+
 int tide_kvstore_get(tide_kvstore *s, tide_kvs_key key, void *out, uint64_t cap, uint64_t *bytes, int *found,
                      tide_status *st) {
     *found = 0;
     *bytes = 0;
     pthread_mutex_lock(&s->mu);
-    entry *e = find(s, key), copy;
+    entry *e = find_or_scan(s, key), copy;
     int rc = 0, ok = 0;
     if (!e || popcount(e->mask) < s->cfg.k) {
         s->stats.misses++;

@@ -52,6 +52,11 @@ typedef struct tide_kvstore_cfg {
     int no_sync;
     tide_kv_clock_fn clock;   /* NULL = the system clock */
     void *clock_ctx;
+    /* 1 = a get of a page the index lacks (or holds too few shards of)
+     * reads those shards' headers from disk: pages another process wrote
+     * since this one opened the store (tide serve and tide run set it:
+     * tide route's decode replicas read what its prefill replicas wrote). */
+    int scan_misses;
 } tide_kvstore_cfg;
 
 typedef struct tide_kvstore_stats {

@@ -33,7 +33,7 @@ static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1]
 void tide_kvs_hdr_write(tide_kvs_hdr *h, const uint8_t *data, uint8_t out[TIDE_KVS_HDR]) {
     memset(out, 0, TIDE_KVS_HDR);
     memcpy(out, MAGIC, 8);
-    put32(out + 8, 1);
+    put32(out + 8, TIDE_KVS_VERSION);
     put32(out + 12, TIDE_KVS_HDR);
     put64(out + 16, h->key.hi);
     put64(out + 24, h->key.lo);
@@ -57,7 +57,13 @@ int tide_kvs_hdr_parse(const uint8_t *b, size_t n, tide_kvs_hdr *h, tide_status 
     if (n < TIDE_KVS_HDR)
         return tide_fail(st, TIDE_ERR_FORMAT, "kv shard: %zu bytes, shorter than its %d-byte header", n, TIDE_KVS_HDR);
     if (memcmp(b, MAGIC, 8) != 0) return tide_fail(st, TIDE_ERR_FORMAT, "kv shard: bad magic (not a tide KV shard)");
-    if (get32(b + 8) != 1) return tide_fail(st, TIDE_ERR_UNSUPPORTED, "kv shard: version %u (this build reads 1)", get32(b + 8));
+    if (get32(b + 8) == 1)
+        return tide_fail(st, TIDE_ERR_UNSUPPORTED,
+                         "kv shard: version 1 (pages of f32 KV, before the packed FP4 pool); this build reads "
+                         "version %d only: the page reads as missing and is recomputed", TIDE_KVS_VERSION);
+    if (get32(b + 8) != TIDE_KVS_VERSION)
+        return tide_fail(st, TIDE_ERR_UNSUPPORTED, "kv shard: version %u (this build reads %d)", get32(b + 8),
+                         TIDE_KVS_VERSION);
     if (get32(b + 12) != TIDE_KVS_HDR)
         return tide_fail(st, TIDE_ERR_FORMAT, "kv shard: header size %u (expected %d)", get32(b + 12), TIDE_KVS_HDR);
     if (get64(b + 120) != tide_kvs_sum(b, 120)) return tide_fail(st, TIDE_ERR_FORMAT, "kv shard: header checksum mismatch");

@@ -6,7 +6,7 @@
  * zero-padded to a multiple of 4096 (O_DIRECT). All integers little endian:
  *
  *   0  magic "TIDEKVS1"        72 created, unix seconds
- *   8  version (1), u32        80 expires, unix seconds (0 = never)
+ *   8  version (2), u32        80 expires, unix seconds (0 = never)
  *  12  header bytes (128), u32 88 xxh3-64 of the shard's bytes
  *  16  key, 16 bytes           96 xxh3-64 of the whole page (after decode)
  *  32  chain hash (prefix.h)  104 reserved, zero (16 bytes)
@@ -14,6 +14,10 @@
  *  48  page bytes, u64
  *  56  shard bytes, u64
  *  64  k, m, shard index, traffic class (u8 each); 68 reserved u32 zero
+ *
+ * Version 2: a page's bytes are the pool's packed blocks (kv_tier.h: FP4
+ * latents with E4M3 scales, FP4 index keys with UE8M0 scales). Version 1
+ * pages held f32 values; they are refused (read as missing shards).
  *
  * The index of a store is these headers: it is rebuilt on open by reading
  * them, so there is no second file to keep consistent. A shard is trusted
@@ -27,6 +31,7 @@
 
 #include "base/status.h"
 
+#define TIDE_KVS_VERSION 2
 #define TIDE_KVS_HDR 128
 #define TIDE_KVS_ALIGN 4096
 #define TIDE_KVS_MAX_SHARDS 32

@@ -162,7 +162,7 @@ static void *writer(void *arg) {
 
 static void put_hook(void *ctx, const tide_kv_page *pg) {
     tide_kvtiers *t = ctx;
-    uint64_t bytes = (uint64_t)pg->n_floats * sizeof(float);
+    uint64_t bytes = (uint64_t)pg->n_bytes;
     pthread_mutex_lock(&t->mu);
     if (t->q_bytes + bytes > t->cfg.queue_bytes) {
         t->stats.dropped++;
@@ -190,9 +190,11 @@ static void put_hook(void *ctx, const tide_kv_page *pg) {
     pthread_mutex_unlock(&t->mu);
 }
 
+static void flush_hook(void *ctx) { tide_kvtiers_flush(ctx); }
+
 static int get_hook(void *ctx, tide_kv_page *pg) {
     tide_kvtiers *t = ctx;
-    uint64_t bytes = (uint64_t)pg->n_floats * sizeof(float);
+    uint64_t bytes = (uint64_t)pg->n_bytes;
     tide_kvs_key k = tide_kv_page_key(t->cfg.fingerprint, pg->salt, pg->tokens, pg->n_tokens);
     pthread_mutex_lock(&t->mu);
     hpage *p = host_find(t, k);
@@ -240,7 +242,7 @@ int tide_kvtiers_create(const tide_kvtiers_cfg *cfg, tide_kvtiers **out, tide_st
     if (!t->cfg.queue_bytes) t->cfg.queue_bytes = 256u << 20;
     if (!t->cfg.sweep_s) t->cfg.sweep_s = 600;
     t->last_sweep = (int64_t)time(NULL);
-    t->hooks = (tide_kv_tier){t, put_hook, get_hook};
+    t->hooks = (tide_kv_tier){t, put_hook, get_hook, flush_hook};
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     pthread_cond_init(&t->idle, NULL);

@@ -11,13 +11,14 @@ int tide_seq_cache_init(tide_seq_cache *c, int n_layers, int window, int64_t hea
     c->n_layers = n_layers;
     c->window = window;
     c->head_dim = head_dim;
+    c->ring_bytes = tide_kv_entry_bytes(TIDE_KV_WINDOW, head_dim);
     c->n_src = n_src;
     c->max_ratio = max_ratio < 1 ? 1 : max_ratio;
     c->published = -1;
-    size_t ring = (size_t)n_layers * (size_t)window * (size_t)head_dim;
+    size_t ring = (size_t)n_layers * (size_t)window * c->ring_bytes;
     size_t ns = (size_t)(n_src ? n_src : 1);
     size_t part = ns * (size_t)c->max_ratio * (size_t)head_dim;
-    c->rings = calloc(ring ? ring : 1, sizeof(float));
+    c->rings = calloc(ring ? ring : 1, 1);
     c->cmp_kv = calloc(part, sizeof(float));
     c->cmp_score = malloc(part * sizeof(float));
     c->tables = calloc(ns, sizeof *c->tables);
@@ -80,7 +81,8 @@ int tide_seq_checkpoint(tide_seq_cache *c, tide_seq_ckpt *ck, int max_ahead, tid
                          "overwrite ring slots of accepted positions",
                          max_ahead, c->window);
     int64_t Dh = c->head_dim;
-    size_t ring = (size_t)c->n_layers * (size_t)max_ahead * (size_t)Dh;
+    size_t eb = c->ring_bytes; /* the ring's packed entries, in floats' room */
+    size_t ring = ((size_t)c->n_layers * (size_t)max_ahead * eb + sizeof(float) - 1) / sizeof(float);
     size_t part = (size_t)c->n_src * (size_t)c->max_ratio * (size_t)Dh;
     size_t log = (size_t)c->n_src * (size_t)max_ahead * (size_t)Dh;
     size_t need = ring + 2 * part + 2 * log;
@@ -94,8 +96,8 @@ int tide_seq_checkpoint(tide_seq_cache *c, tide_seq_ckpt *ck, int max_ahead, tid
         ck->buf = b;
         ck->cap = need;
     }
-    ck->ring = ck->buf;
-    ck->part_kv = ck->ring + ring;
+    ck->ring = (uint8_t *)ck->buf;
+    ck->part_kv = ck->buf + ring;
     ck->part_score = ck->part_kv + part;
     ck->log_kv = ck->part_score + part;
     ck->log_score = ck->log_kv + log;
@@ -106,8 +108,7 @@ int tide_seq_checkpoint(tide_seq_cache *c, tide_seq_ckpt *ck, int max_ahead, tid
     ck->max_ahead = max_ahead;
     for (int l = 0; l < c->n_layers; l++)
         for (int i = 0; i < max_ahead; i++)
-            memcpy(ck->ring + ((size_t)l * max_ahead + i) * Dh, tide_seq_ring(c, l, c->pos + i),
-                   (size_t)Dh * sizeof(float));
+            memcpy(ck->ring + ((size_t)l * max_ahead + i) * eb, tide_seq_ring(c, l, c->pos + i), eb);
     memcpy(ck->part_kv, c->cmp_kv, part * sizeof(float));
     memcpy(ck->part_score, c->cmp_score, part * sizeof(float));
     c->ckpt = ck;
@@ -147,13 +148,13 @@ int tide_seq_rollback(tide_seq_cache *c, tide_seq_ckpt *ck, int64_t keep, tide_s
     if (keep < 0 || keep > fed)
         return tide_fail(st, TIDE_ERR_INVALID, "rollback: keep %lld outside 0..%lld (tokens fed since the checkpoint)",
                          (long long)keep, (long long)fed);
-    int64_t Dh = c->head_dim, end = ck->pos + keep;
+    int64_t end = ck->pos + keep;
     /* ring slots of rejected positions (max_ahead <= window: no accepted
      * position's slot was overwritten) */
     for (int l = 0; l < c->n_layers; l++)
         for (int64_t i = keep; i < ck->max_ahead; i++)
-            memcpy(tide_seq_ring(c, l, ck->pos + i), ck->ring + ((size_t)l * ck->max_ahead + (size_t)i) * Dh,
-                   (size_t)Dh * sizeof(float));
+            memcpy(tide_seq_ring(c, l, ck->pos + i), ck->ring + ((size_t)l * ck->max_ahead + (size_t)i) * c->ring_bytes,
+                   c->ring_bytes);
     /* partial groups, compressed counts, published keys as one chunk of
      * `keep` tokens leaves them (sources in layer order publish in order) */
     int published = ck->published;

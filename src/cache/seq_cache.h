@@ -3,7 +3,8 @@
  *   - pos: tokens committed so far (the next token's position);
  *   - the token history (engram n-grams, DSpark);
  *   - one window ring per layer (DSpark stages included): slot = pos % window,
- *     head_dim values each, FP8-simulated, RoPE'd;
+ *     one packed FP8 entry each (kv_pack.h: head_dim e4m3 codes + a UE8M0
+ *     scale per 32, ring_bytes in all), RoPE'd;
  *   - per ratio>1 KV source, the compressor's partial group: the projected
  *     kv and gate scores of up to `ratio` tokens (slot = pos % ratio);
  *   - per KV source, the block table of its compressed latents / index keys
@@ -41,7 +42,8 @@ typedef struct tide_seq_cache {
     int n_layers;           /* rings */
     int window;
     int64_t head_dim;
-    float *rings;           /* [n_layers][window][head_dim] */
+    size_t ring_bytes;      /* one packed window entry: tide_kv_entry_bytes(TIDE_KV_WINDOW, head_dim) */
+    uint8_t *rings;         /* [n_layers][window][ring_bytes] */
     int n_src;              /* KV sources */
     int max_ratio;
     float *cmp_kv;          /* [n_src][max_ratio][head_dim] */
@@ -87,8 +89,16 @@ void tide_seq_cache_free(tide_seq_cache *c, tide_kv_pool *pool);
 /* Appends n tokens to the history (does not move pos). */
 int tide_seq_cache_push_tokens(tide_seq_cache *c, const int32_t *tokens, int64_t n, tide_status *st);
 
-static inline float *tide_seq_ring(const tide_seq_cache *c, int layer, int64_t pos) {
-    return c->rings + ((int64_t)layer * c->window + pos % c->window) * c->head_dim;
+/* The packed window entry of position pos in layer's ring. */
+static inline uint8_t *tide_seq_ring(const tide_seq_cache *c, int layer, int64_t pos) {
+    return c->rings + (size_t)((int64_t)layer * c->window + pos % c->window) * c->ring_bytes;
+}
+/* Its values (head_dim floats, FP8-simulated) / packing raw values into it. */
+static inline void tide_seq_ring_get(const tide_seq_cache *c, int layer, int64_t pos, float *v) {
+    tide_kv_unpack(TIDE_KV_WINDOW, tide_seq_ring(c, layer, pos), c->head_dim, v);
+}
+static inline void tide_seq_ring_put(const tide_seq_cache *c, int layer, int64_t pos, const float *v) {
+    tide_kv_pack(TIDE_KV_WINDOW, v, c->head_dim, tide_seq_ring(c, layer, pos));
 }
 
 /* A checkpoint for speculative decoding. Zero-initialise it before the first
@@ -102,7 +112,7 @@ typedef struct tide_seq_ckpt {
     int64_t pos, dspark_pos, tail_lo;
     int published;
     int max_ahead;
-    float *ring;       /* [n_layers][max_ahead][head_dim] */
+    uint8_t *ring;     /* [n_layers][max_ahead][ring_bytes] (packed entries) */
     float *part_kv;    /* [n_src][max_ratio][head_dim] */
     float *part_score;
     float *log_kv;     /* [n_src][max_ahead][head_dim] */

@@ -18,6 +18,7 @@ int tide_bench_step(int argc, char **argv);     /* bench_step.c: decode and pref
 int tide_bench_roofline(int argc, char **argv); /* bench_roofline.c */
 int tide_bench_kvstore(int argc, char **argv);  /* bench_kvstore.c */
 int tide_bench_serve(int argc, char **argv);    /* bench_serve.c: against a running tide serve */
+int tide_bench_route(int argc, char **argv);    /* bench_route.c: trace replay through the router's placement */
 /* decode / prefill with --backend cuda (bench_step_cuda.c; a stub saying so
  * in builds without the CUDA backend) */
 int tide_bench_step_cuda(int argc, char **argv);

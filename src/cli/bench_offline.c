@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "bench/drive.h"
 #include "bench/model_spec.h"
+#include "bench/roofline.h"
 #include "bench/stats.h"
 #include "bench/workload.h"
 #include "cli/bench.h"
@@ -156,7 +157,8 @@ typedef struct summary {
     int64_t n, len_lo, len_hi, total_prompt;
 } summary;
 
-static void report(const offline_opts *o, const summary *w, tide_recorder *rec, const tide_drive_result *d) {
+static void report(const offline_opts *o, const summary *w, tide_recorder *rec, const tide_drive_result *d,
+                   const tide_engine *e, const tide_model *m) {
     double wall = d->wall > 0 ? d->wall : 1e-9;
     printf("tide bench offline: model %s, %lld requests", o->model, (long long)w->n);
     if (o->input) printf(" from %s", strcmp(o->input, "-") ? o->input : "stdin");
@@ -175,6 +177,13 @@ static void report(const offline_opts *o, const summary *w, tide_recorder *rec, 
     printf("  steps            %lld, mean batch %.2f sequences (%.1f tokens)\n", (long long)d->steps,
            d->steps ? (double)d->sum_seqs / (double)d->steps : 0.0,
            d->steps ? (double)d->sum_tokens / (double)d->steps : 0.0);
+    /* the pool's bytes per cached token against the roofline's packed figure */
+    tide_engine_stats es;
+    tide_engine_get_stats(e, &es);
+    tide_roof_kv packed = tide_roof_kv_packed();
+    printf("  KV bytes/token   %.2f in the pool (roofline packed %.2f); window rings %.2f MiB per sequence"
+           " (DSpark stages too)\n",
+           es.kv_bytes_per_token, tide_roof_kv_token_bytes(&m->cfg, &packed), (double)es.kv_ring_bytes / 1048576.0);
 }
 
 int tide_bench_offline(int argc, char **argv) {
@@ -233,7 +242,7 @@ int tide_bench_offline(int argc, char **argv) {
                   rec.first_error);
         goto done;
     }
-    report(&o, &sum, &rec, &d);
+    report(&o, &sum, &rec, &d, e, m);
     rc = TIDE_EXIT_OK;
 done:
     if (rc != TIDE_EXIT_OK) fprintf(stderr, "tide bench offline: %s\n", st.msg);

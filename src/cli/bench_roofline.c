@@ -108,6 +108,8 @@ int tide_bench_roofline(int argc, char **argv) {
     double bw = (double)o.bw_gbs * 1e9, rate = (double)o.tflops * 1e12;
     printf("tide bench roofline: %s, KV %s, ceilings %lld GB/s and %lld TFLOP/s\n", o.shape ? o.shape : o.model, o.kv,
            (long long)o.bw_gbs, (long long)o.tflops);
+    printf("KV bytes/token %.2f (the paged pool's latents and index keys), window rings %.2f MiB per sequence\n",
+           tide_roof_kv_token_bytes(&cfg, &kv), tide_roof_kv_ring_bytes(&cfg, &kv) / 1048576.0);
     printf("%-24s %10s %10s %10s %10s %9s %9s %9s %-7s %12s\n", "step", "bytes", "experts", "KV", "FLOPs", "mem ms",
            "flop ms", "roof ms", "bound", "tokens/s");
     for (int c = 0; c < o.context.n; c++)

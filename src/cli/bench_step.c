@@ -39,8 +39,8 @@ static void usage_decode(FILE *f) {
             "  --context C        cached tokens per sequence at the first timed step (default 1024)\n"
             "  --steps N          timed steps (default 5)\n"
             "  --warmup W         warm-up steps (default 2)\n"
-            "  --kv f32|packed    cache dtypes the roofline charges (default f32, the CPU cache;\n"
-            "                     packed = FP8 window, FP4 latents and keys, the CUDA layout)\n"
+            "  --kv f32|packed    cache dtypes the roofline charges (default packed: FP8 window,\n"
+            "                     FP4 latents and keys, as the pools store them; f32 = 4 B a value)\n"
             "  --threads N        worker threads (default 2)\n"
             "  --seed N           synthetic contents and tokens (default 1)\n"
             "  --copy-mib N       buffer of the bandwidth measurement (default 64)\n"
@@ -63,7 +63,7 @@ static void usage_prefill(FILE *f) {
             "  --len L            prompt tokens (default 512)\n"
             "  --steps N          timed runs (default 3)\n"
             "  --warmup W         warm-up runs (default 1)\n"
-            "  --kv f32|packed    cache dtypes the roofline charges (default f32)\n"
+            "  --kv f32|packed    cache dtypes the roofline charges (default packed)\n"
             "  --threads N        worker threads (default 2)\n"
             "  --seed N           prompt tokens (default 1)\n"
             "  --copy-mib N       buffer of the bandwidth measurement (default 64)\n"
@@ -197,7 +197,7 @@ static int parse(int argc, char **argv, step_opts *o) {
     o->threads = 2;
     o->seed = 1;
     o->copy_mib = 64;
-    o->kv = "f32";
+    o->kv = "packed";
     void (*usage)(FILE *) = o->decode ? usage_decode : usage_prefill;
     bench_opt t[16] = {
         {"--model", BENCH_STR, &o->model, 0, 0},

@@ -16,6 +16,7 @@ int tide_cmd_detokenize(int argc, char **argv);
 int tide_cmd_bench(int argc, char **argv);
 int tide_cmd_kv(int argc, char **argv); /* cmd_kv.c */
 int tide_cmd_serve(int argc, char **argv);
+int tide_cmd_route(int argc, char **argv); /* cmd_route.c */
 int tide_cmd_render(int argc, char **argv); /* cmd_render.c */
 int tide_cmd_eval(int argc, char **argv);   /* cmd_eval.c */
 

@@ -7,6 +7,7 @@
  *   tide bench roofline  the roofline model alone, for any shape (no weights)
  *   tide bench replay    the accuracy study of bounded SWA replay (bench_replay.c)
  *   tide bench serve     the offline workload against a running tide serve (bench_serve.c)
+ *   tide bench route     a request trace through the router's placement, simulated (bench_route.c)
  *
  * This file dispatches and holds what the modes share: option parsing, the
  * engine flags, number formatting. */
@@ -38,6 +39,8 @@ static void usage(FILE *f) {
             "  kvstore    the persistent KV store: erasure coding, SSD and shared-store I/O, TTFT from the store\n"
             "  serve      the offline workload against a running tide serve over HTTP:\n"
             "             TTFT, inter-token, end-to-end, throughput (--offline for the ratio)\n"
+            "  route      a request trace (Mooncake, Azure) through tide route's placement in\n"
+            "             simulation: hit rate, balancedness vs ideal, TTFT / TPOT\n"
             "\n"
             "--model takes a checkpoint directory or synth:SHAPE (tiny, small, flash, flash-ep8):\n"
             "a synthetic checkpoint written to a temporary directory and deleted after loading.\n"
@@ -60,6 +63,7 @@ int tide_cmd_bench(int argc, char **argv) {
     if (!strcmp(mode, "roofline")) return tide_bench_roofline(argc - 1, argv + 1);
     if (!strcmp(mode, "kvstore")) return tide_bench_kvstore(argc - 1, argv + 1);
     if (!strcmp(mode, "serve")) return tide_bench_serve(argc - 1, argv + 1);
+    if (!strcmp(mode, "route")) return tide_bench_route(argc - 1, argv + 1);
     if (!strcmp(mode, "replay")) return tide_bench_replay(argc - 2, argv + 2);
     fprintf(stderr, "tide bench: unknown mode '%s'\n\n", mode);
     usage(stderr);

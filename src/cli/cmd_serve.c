@@ -12,6 +12,7 @@
 
 #include "cli/backend.h"
 #include "cli/cli.h"
+#include "cli/kv_cli.h"
 #include "serve/serve.h"
 
 static void usage(FILE *f) {
@@ -48,12 +49,16 @@ static void usage(FILE *f) {
             "  --step-tokens N      token budget of one engine step (default 512)\n"
             "  --seed N             engine seed for requests without one (default 0)\n"
             "  --no-prefix-cache    do not reuse the KV of earlier requests' prompt pages\n");
+    kv_run_help(f);
+    fprintf(f, "  (a request with the header x-tide-kv-flush is answered once its pages are written:\n"
+               "  tide route's prefill leg, docs/route.md)\n");
 }
 
 typedef struct serve_opts {
     tide_serve_config cfg;
     const char *backend;
     double drain_s;
+    kv_run_opts kv; /* the persistent KV store's flags (kv_run.c) */
 } serve_opts;
 
 static int num(const char *flag, const char *v, double lo, double hi, double *out) {
@@ -83,6 +88,12 @@ static int parse(int argc, char **argv, serve_opts *o) {
         if (!v) {
             fprintf(stderr, "tide serve: unknown option '%s' or missing value\n", a);
             return -1;
+        }
+        int kn = kv_run_flag(&o->kv, a, v);
+        if (kn < 0) return -1;
+        if (kn == 2) {
+            i++;
+            continue;
         }
         i++;
         if (!strcmp(a, "--model")) c->engine.model_dir = v;
@@ -164,6 +175,7 @@ int tide_cmd_serve(int argc, char **argv) {
     }
     tide_status st = {0};
     tide_cli_backend be;
+    kv_run *kv = NULL;
     if (tide_cli_backend_parse(&be, o.backend, NULL, &st) != 0 || tide_cli_backend_open(&be, &o.cfg.engine, &st) != 0) {
         fprintf(stderr, "tide serve: %s\n", st.msg);
         return TIDE_EXIT_FAIL;
@@ -176,9 +188,15 @@ int tide_cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (kv_run_open(&o.kv, &o.cfg.engine, &kv, &st) != 0) { /* its writer thread inherits the mask */
+        fprintf(stderr, "tide serve: %s\n", st.msg);
+        tide_cli_backend_close(&be);
+        return TIDE_EXIT_FAIL;
+    }
     tide_server *s;
     if (tide_server_start(&o.cfg, &s, &st) != 0) {
         fprintf(stderr, "tide serve: %s\n", st.msg);
+        kv_run_close(kv);
         tide_cli_backend_close(&be);
         return TIDE_EXIT_FAIL;
     }
@@ -186,6 +204,7 @@ int tide_cmd_serve(int argc, char **argv) {
     if (tide_server_wait_ready(s, &st) != 0) {
         fprintf(stderr, "tide serve: %s\n", st.msg);
         tide_server_stop(s);
+        kv_run_close(kv);
         tide_cli_backend_close(&be);
         return TIDE_EXIT_FAIL;
     }
@@ -197,6 +216,7 @@ int tide_cmd_serve(int argc, char **argv) {
     sigwait(&set, &sig);
     fprintf(stderr, "tide serve: %s: draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     drain_and_stop(s, o.drain_s);
+    kv_run_close(kv);
     tide_cli_backend_close(&be);
     fprintf(stderr, "tide serve: stopped\n");
     return TIDE_EXIT_OK;

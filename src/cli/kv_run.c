@@ -59,6 +59,7 @@ static int open_one(kv_run *r, kv_cli_store *so, uint64_t fp, tide_status *st) {
     tide_kvstore_cfg cfg = {0};
     if (kv_cli_store_cfg(so, &cfg, st) != 0) return -1;
     cfg.fingerprint = fp;
+    cfg.scan_misses = 1; /* other processes (replicas) may share the store */
     return tide_kvstore_open(&cfg, &r->stores[r->n++], st) == 0 ? 0 : (r->n--, -1);
 }
 

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"bench", tide_cmd_bench, "performance: throughput, latency, step times next to their roofline"},
     {"kv", tide_cmd_kv, "inspect and maintain a persistent KV cache store: stat, ls, verify, gc"},
     {"serve", tide_cmd_serve, "OpenAI / Anthropic compatible HTTP server"},
+    {"route", tide_cmd_route, "load balancer over tide serve replicas (prefill / decode disaggregation)"},
 };
 
 static void usage(FILE *out) {

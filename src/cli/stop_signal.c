@@ -26,6 +26,13 @@ int tide_stop_signal_taken(void) {
     return sig > 0 ? sig : 0;
 }
 
+int tide_stop_signal_wait(void) {
+    sigset_t s;
+    stop_set(&s);
+    int sig = 0;
+    return sigwait(&s, &sig) == 0 ? sig : 0;
+}
+
 void tide_stop_signals_restore(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
 
 const char *tide_stop_signal_name(int sig) {

@@ -20,6 +20,8 @@ void tide_stop_signals_block(sigset_t *old);
 /* The pending SIGINT or SIGTERM (consumed), or 0 when none is. */
 int tide_stop_signal_taken(void);
 void tide_stop_signals_restore(const sigset_t *old);
+/* Waits for SIGINT or SIGTERM (blocked first) and returns it. */
+int tide_stop_signal_wait(void);
 /* "SIGINT" / "SIGTERM" / "signal N". */
 const char *tide_stop_signal_name(int sig);
 

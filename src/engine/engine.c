@@ -219,7 +219,9 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
     o.index_key_quirk = cfg->index_key_quirk;
     o.kv_block = cfg->kv_block;
     o.kv_max_blocks = cfg->kv_blocks;
-    if (tide_fwd_ctx_create(e->m, cfg->ops ? cfg->ops : tide_cpu_ops(), cfg->n_threads, &o, &e->fx, st) != 0) goto fail;
+    const tide_ops *ops = cfg->ops ? cfg->ops : tide_cpu_ops();
+    if (ops->bind_weights && ops->bind_weights(ops, e->m->ck, st) != 0) goto fail;
+    if (tide_fwd_ctx_create(e->m, ops, cfg->n_threads, &o, &e->fx, st) != 0) goto fail;
     tide_sched_cfg sc = {cfg->max_seqs,
                          cfg->max_step_tokens,
                          cfg->prefill_chunk > 0 ? cfg->prefill_chunk : cfg->max_step_tokens,
@@ -702,6 +704,14 @@ void tide_engine_get_stats(const tide_engine *e, tide_engine_stats *s) {
     s->n_finished = e->n_finished;
     s->kv_blocks_total = kv->max_blocks;
     s->kv_blocks_used = tide_kv_used(kv);
+    s->kv_block_bytes = (int64_t)tide_kv_block_bytes(kv);
+    for (int k = 0; k < e->sched.n_src; k++)
+        s->kv_bytes_per_token += (double)tide_kv_pos_bytes(kv) / (double)e->sched.ratio[k];
+    {
+        const tide_model *m = tide_fwd_model(e->fx);
+        s->kv_ring_bytes = (int64_t)m->n_layers * m->cfg.text.sliding_window *
+                           (int64_t)tide_kv_entry_bytes(TIDE_KV_WINDOW, m->cfg.text.head_dim);
+    }
     s->steps = e->steps;
     s->tokens_fed = e->tokens_fed;
     s->tokens_generated = e->tokens_generated;

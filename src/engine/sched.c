@@ -73,8 +73,8 @@ static int prefix_init(tide_sched *s, tide_status *st) {
     x->pc.evict_ctx = s;
     s->prefix_on = 1;
     if (s->cfg.tier) {
-        x->tier_floats = (int64_t)x->bpp * kv->block_len * (kv->latent_dim + kv->key_dim);
-        if (!(x->tier_buf = malloc((size_t)x->tier_floats * sizeof *x->tier_buf)))
+        x->tier_bytes = (int64_t)x->bpp * (int64_t)tide_kv_block_bytes(kv);
+        if (!(x->tier_buf = malloc((size_t)x->tier_bytes)))
             return tide_fail(st, TIDE_ERR_NOMEM, "prefix cache: out of memory");
     }
     return 0;
@@ -263,11 +263,11 @@ static void tier_put(tide_sched *s, const tide_req *q, int64_t i, int32_t pg) {
     tide_sched_prefix *x = &s->px;
     if (!s->cfg.tier) return;
     const tide_kv_pool *kv = tide_fwd_kv(s->fx);
-    int64_t per = (int64_t)kv->block_len * (kv->latent_dim + kv->key_dim);
+    size_t per = tide_kv_block_bytes(kv);
     for (int j = 0; j < x->bpp; j++)
-        memcpy(x->tier_buf + j * per, kv->blocks[x->blocks[(int64_t)pg * x->bpp + j]], (size_t)per * sizeof(float));
+        memcpy(x->tier_buf + j * per, kv->blocks[x->blocks[(int64_t)pg * x->bpp + j]], per);
     tide_kv_page p = {q->salt, q->tokens, (i + 1) * x->page_tokens, x->page_tokens, x->pc.hash[pg], x->tier_buf,
-                      x->tier_floats};
+                      x->tier_bytes};
     s->cfg.tier->put(s->cfg.tier->ctx, &p);
     x->tier_stored++;
 }
@@ -291,10 +291,10 @@ static int tier_promote(tide_sched *s, int32_t *page) {
         tide_prefix_release(&x->pc, &pg, 1, &st);
         return -1;
     }
-    int64_t per = (int64_t)kv->block_len * (kv->latent_dim + kv->key_dim);
+    size_t per = tide_kv_block_bytes(kv);
     for (int j = 0; j < x->bpp; j++) {
         x->blocks[(int64_t)pg * x->bpp + j] = t.blocks[j];
-        memcpy(kv->blocks[t.blocks[j]], x->tier_buf + j * per, (size_t)per * sizeof(float));
+        memcpy(kv->blocks[t.blocks[j]], x->tier_buf + j * per, per);
     }
     free(t.blocks); /* the blocks' references pass to the cache */
     *page = pg;
@@ -315,7 +315,7 @@ static void tier_fetch(tide_sched *s, tide_req *q) {
     for (int64_t i = 0; i < h; i++) chain = tide_prefix_page_hash(chain, q->tokens + i * P, (int32_t)P);
     for (got = h; got < maxp; got++) {
         uint64_t next = tide_prefix_page_hash(chain, q->tokens + (int64_t)got * P, (int32_t)P);
-        tide_kv_page p = {q->salt, q->tokens, (int64_t)(got + 1) * P, P, next, x->tier_buf, x->tier_floats};
+        tide_kv_page p = {q->salt, q->tokens, (int64_t)(got + 1) * P, P, next, x->tier_buf, x->tier_bytes};
         if (!s->cfg.tier->get(s->cfg.tier->ctx, &p) || tier_promote(s, &q->pages[got]) != 0) break;
         chain = next;
     }

@@ -90,8 +90,8 @@ typedef struct tide_sched_prefix {
     int64_t inexact_admissions;      /* admissions whose new pages are inexact */
     int64_t withheld_pages;          /* inexact pages kept out of the cache (cache_inexact 0) */
     int64_t inexact_cached;          /* inexact pages registered (cache_inexact 1) */
-    float *tier_buf;                 /* one page's KV, for the tiers (cfg.tier) */
-    int64_t tier_floats;
+    uint8_t *tier_buf;               /* one page's packed KV, for the tiers (cfg.tier) */
+    int64_t tier_bytes;
     int64_t tier_fetched, tier_stored; /* pages brought in from / handed to the tiers */
     int64_t planned_blocks;          /* blocks the pending plan will reserve (tiers leave them) */
 } tide_sched_prefix;

@@ -10,8 +10,9 @@
  *   the window ring takes this step's kv (slot = pos % window).
  *
  * The entry list of each query (its order matters numerically, see
- * tide_fwd_opts.ref_layout) points at: this step's kv rows, the sequence's
- * ring, or latents in the KV pool. */
+ * tide_fwd_opts.ref_layout) points at: this step's kv rows, or values
+ * decoded once per step from the packed caches (kv_pack.h): the sequence's
+ * ring entries before the step, the pool's latents its rows picked. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,19 +57,42 @@ static void wo_a_grouped(tide_step *s, const tide_weight *w, const float *o, int
     free(yo);
 }
 
+/* Values of the packed caches a step's entry lists point at, decoded once
+ * per layer: per sequence, the ring entries of positions [lo, pos) (slot
+ * order, window rows) and the latents its rows picked (map: position ->
+ * row of lat, -1 when not picked). */
+typedef struct {
+    float *ring;     /* [n_seqs][window][head_dim] */
+    float *lat;      /* [total picks][head_dim] */
+    int64_t *lat0;   /* [n_seqs] first row of lat */
+    int32_t **map;   /* [n_seqs] */
+} attn_vals;
+
 /* The window KV of position t for sequence q: this step's kv row, the
- * sequence's ring, or NULL (an empty slot) where it does not exist: before
- * position 0, below the layer's lower bound (a restored sequence's ring_lo,
- * the decoder variant's tail_lo), or a row this step skipped. */
-static const float *window_kv(const tide_step *s, int layer, int q, int64_t t, const float *kv) {
+ * sequence's (decoded) ring, or NULL (an empty slot) where it does not
+ * exist: before position 0, below the layer's lower bound (a restored
+ * sequence's ring_lo, the decoder variant's tail_lo), or a row this step
+ * skipped. */
+static const float *window_kv(const tide_step *s, const attn_vals *av, int q, int64_t t, const float *kv) {
     const tide_seq_cache *c = s->seqs[q].cache;
+    int64_t Dh = s->m->cfg.text.head_dim;
     if (t < 0 || t < s->win_lo[q]) return NULL;
-    if (t >= c->pos) return kv + (s->seq_row0[q] + t - s->seq_pos0[q]) * s->m->cfg.text.head_dim;
-    return tide_seq_ring(c, layer, t);
+    if (t >= c->pos) return kv + (s->seq_row0[q] + t - s->seq_pos0[q]) * Dh;
+    return av->ring + ((int64_t)q * c->window + t % c->window) * Dh;
+}
+
+/* Decodes the ring entries of sequence q that window_kv can return. */
+static void decode_ring(const tide_step *s, int layer, attn_vals *av, int q) {
+    const tide_seq_cache *c = s->seqs[q].cache;
+    int64_t Dh = c->head_dim, lo = c->pos - c->window + 1;
+    if (lo < 0) lo = 0;
+    if (lo < s->win_lo[q]) lo = s->win_lo[q];
+    for (int64_t t = lo; t < c->pos; t++)
+        tide_seq_ring_get(c, layer, t, av->ring + ((int64_t)q * c->window + t % c->window) * Dh);
 }
 
 /* Window entries of row r (position p) into ent; returns the count. */
-static int window_entries(const tide_step *s, int layer, int64_t r, const float *kv, const float **ent) {
+static int window_entries(const tide_step *s, const attn_vals *av, int64_t r, const float *kv, const float **ent) {
     int64_t win = s->m->cfg.text.sliding_window;
     int q = s->row_seq[r];
     const tide_step_seq *sq = &s->seqs[q];
@@ -79,16 +103,63 @@ static int window_entries(const tide_step *s, int layer, int64_t r, const float 
         int64_t L = n < win ? n : win, base = p - win + 1 > 0 ? p - win + 1 : 0;
         for (int64_t i = 0; i < L; i++) {
             int64_t t = base + i;
-            ent[cnt++] = t > p ? NULL : window_kv(s, layer, q, t, kv);
+            ent[cnt++] = t > p ? NULL : window_kv(s, av, q, t, kv);
         }
         return cnt;
     }
     /* the reference's decode: the whole ring, oldest first */
-    for (int64_t i = 0; i < win; i++) ent[cnt++] = window_kv(s, layer, q, p - win + 1 + i, kv);
+    for (int64_t i = 0; i < win; i++) ent[cnt++] = window_kv(s, av, q, p - win + 1 + i, kv);
     return cnt;
 }
 
-void tide_attn_project(tide_step *s, int layer, const float *x, float *qr, float *q, float *kv) {
+/* How many of row r's top-k picks enter its entry list: the reference's
+ * trailing -1 entries only with its layout (they depend on the chunk's end,
+ * which the canonical layout must not). */
+static int picks_of(const tide_step *s, int64_t r) {
+    return s->fx->opt.ref_layout ? s->topk_n[r] : s->topk_valid[r];
+}
+
+/* Decodes, per sequence, each latent its rows picked, once: av->map[q][j]
+ * is the row of latent j in the sequence's part of av->lat. */
+static void decode_latents(const tide_step *s, int kv_slot, attn_vals *av) {
+    const tide_text_config *c = &s->m->cfg.text;
+    int64_t Dh = c->head_dim, itk = c->index_topk, total = 0;
+    int64_t *hi = tide_xmalloc((size_t)s->n_seqs * sizeof(int64_t));
+    memset(hi, 0, (size_t)s->n_seqs * sizeof(int64_t));
+    for (int64_t r = 0; r < s->rows; r++)
+        for (int i = 0; i < picks_of(s, r); i++) {
+            int64_t j = s->topk[r * itk + i], q = s->row_seq[r];
+            if (j + 1 > hi[q]) hi[q] = j + 1;
+        }
+    for (int q = 0; q < s->n_seqs; q++) {
+        av->map[q] = tide_xmalloc((size_t)(hi[q] ? hi[q] : 1) * sizeof(int32_t));
+        for (int64_t j = 0; j < hi[q]; j++) av->map[q][j] = -1;
+    }
+    /* rows of the picks, per sequence in first-pick order */
+    int64_t *got = tide_xmalloc((size_t)s->n_seqs * sizeof(int64_t));
+    memset(got, 0, (size_t)s->n_seqs * sizeof(int64_t));
+    for (int64_t r = 0; r < s->rows; r++)
+        for (int i = 0; i < picks_of(s, r); i++) {
+            int32_t j = s->topk[r * itk + i], q = s->row_seq[r];
+            if (j >= 0 && av->map[q][j] < 0) av->map[q][j] = (int32_t)got[q]++;
+        }
+    for (int q = 0; q < s->n_seqs; q++) {
+        av->lat0[q] = total;
+        total += got[q];
+    }
+    av->lat0[s->n_seqs] = total;
+    av->lat = tide_xmalloc((size_t)(total * Dh) * sizeof(float));
+    for (int q = 0; q < s->n_seqs; q++) {
+        const tide_seq_cache *sc = s->seqs[q].cache;
+        for (int64_t j = 0; j < hi[q]; j++)
+            if (av->map[q][j] >= 0)
+                tide_kv_get_latent(&s->fx->kv, &sc->tables[kv_slot], j, av->lat + (av->lat0[q] + av->map[q][j]) * Dh);
+    }
+    free(hi);
+    free(got);
+}
+
+void tide_attn_project(tide_step *s, int layer, const float *x, float *qr, float *q, float *kv, uint8_t *kvp) {
     const tide_text_config *c = &s->m->cfg.text;
     const tide_attn_weights *a = &s->m->layers[layer].attn;
     const tide_ops *ops = s->ops;
@@ -101,7 +172,13 @@ void tide_attn_project(tide_step *s, int layer, const float *x, float *qr, float
     for (int64_t r = 0; r < rows; r++) {
         tide_rope_tail(s, layer, q + r * H * Dh, H, Dh, s->row_pos[r], 0);
         tide_rope_tail(s, layer, kv + r * Dh, 1, Dh, s->row_pos[r], 0);
-        tide_sim_fp8_act(kv + r * Dh, (size_t)Dh, 32);
+        if (kvp) { /* the ring's packed entry, and the values it holds */
+            uint8_t *e = kvp + (size_t)r * tide_kv_entry_bytes(TIDE_KV_WINDOW, Dh);
+            tide_kv_pack(TIDE_KV_WINDOW, kv + r * Dh, Dh, e);
+            tide_kv_unpack(TIDE_KV_WINDOW, e, Dh, kv + r * Dh);
+        } else {
+            tide_sim_fp8_act(kv + r * Dh, (size_t)Dh, 32);
+        }
     }
 }
 
@@ -129,7 +206,9 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
     float *qr = tide_xmalloc((size_t)(rows * QL) * sizeof(float));
     float *q = tide_xmalloc((size_t)(rows * H * Dh) * sizeof(float));
     float *kv = tide_xmalloc((size_t)(rows * Dh) * sizeof(float));
-    tide_attn_project(s, layer, x, qr, q, kv);
+    size_t eb = tide_kv_entry_bytes(TIDE_KV_WINDOW, Dh);
+    uint8_t *kvp = tide_xmalloc((size_t)rows * eb);
+    tide_attn_project(s, layer, x, qr, q, kv, kvp);
 
     const tide_fwd_opts *dopt = &s->fx->opt;
     if (dopt->dump) {
@@ -157,9 +236,7 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
                 for (int64_t j = first[qi]; j < first[qi] + count[qi]; j++, k++) {
                     float *v = lat + k * Dh;
                     tide_rope_tail(s, layer, v, 1, Dh, j * ratio, 0);
-                    tide_sim_fp4_e4m3(v, (size_t)Dh, 16);
-                    memcpy(tide_kv_latent(&s->fx->kv, &sc->tables[kv_slot], j), v,
-                           (size_t)Dh * sizeof(float));
+                    tide_kv_put_latent(&s->fx->kv, &sc->tables[kv_slot], j, v); /* FP4 */
                 }
             }
             free(lat);
@@ -177,21 +254,29 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
         free(t);
     }
 
-    /* entry lists */
+    /* the packed caches' values the entry lists point at */
+    attn_vals av;
+    av.ring = tide_xmalloc((size_t)(s->n_seqs * c->sliding_window * Dh) * sizeof(float));
+    for (int qi = 0; qi < s->n_seqs; qi++) decode_ring(s, layer, &av, qi);
     int64_t itk = ratio > 0 ? c->index_topk : 0, per = win + itk;
+    av.lat = NULL;
+    av.lat0 = tide_xmalloc((size_t)(s->n_seqs + 1) * sizeof(int64_t));
+    av.map = tide_xmalloc((size_t)s->n_seqs * sizeof(int32_t *));
+    memset(av.map, 0, (size_t)s->n_seqs * sizeof(int32_t *));
+    if (ratio > 0) decode_latents(s, kv_slot, &av);
+
+    /* entry lists */
     const float **ents = tide_xmalloc((size_t)(rows * per) * sizeof(float *));
     tide_attn_row *ar = tide_xmalloc((size_t)rows * sizeof *ar);
     for (int64_t r = 0; r < rows; r++) {
         const float **e = ents + r * per;
-        int n = window_entries(s, layer, r, kv, e);
+        int n = window_entries(s, &av, r, kv, e);
         if (ratio > 0) {
-            const tide_seq_cache *sc = s->seqs[s->row_seq[r]].cache;
-            /* the reference's trailing -1 entries only with its layout: they
-             * depend on the chunk's end, which the canonical layout must not */
-            int cnt = s->fx->opt.ref_layout ? s->topk_n[r] : s->topk_valid[r];
+            int qi = s->row_seq[r];
+            int cnt = picks_of(s, r);
             for (int i = 0; i < cnt; i++) {
                 int32_t j = s->topk[r * itk + i];
-                e[n++] = j < 0 ? NULL : tide_kv_latent(&s->fx->kv, &sc->tables[kv_slot], j);
+                e[n++] = j < 0 ? NULL : av.lat + (av.lat0[qi] + av.map[qi][j]) * Dh;
             }
         }
         ar[r].kv = e;
@@ -204,8 +289,14 @@ void tide_attention(tide_step *s, int layer, const float *x, float *out) {
     /* the ring takes this step's window KV (after every query has read it) */
     for (int64_t r = 0; r < rows; r++) {
         tide_seq_cache *sc = s->seqs[s->row_seq[r]].cache;
-        memcpy(tide_seq_ring(sc, layer, s->row_pos[r]), kv + r * Dh, (size_t)Dh * sizeof(float));
+        memcpy(tide_seq_ring(sc, layer, s->row_pos[r]), kvp + (size_t)r * eb, eb);
     }
+    free(kvp);
+    free(av.ring);
+    free(av.lat);
+    free(av.lat0);
+    for (int qi = 0; qi < s->n_seqs; qi++) free(av.map[qi]);
+    free(av.map);
     free(qr);
     free(q);
     free(kv);

@@ -2,7 +2,8 @@
  * select_candidate_blocks), per step:
  *   - if it owns its keys: each new latent (before RoPE) becomes an index key
  *     k = k_norm(wk latent), RoPE at the group's first token, FP4 (e8m0, 32),
- *     stored beside the latent in the KV pool; the layer then "publishes"
+ *     stored packed beside the latent in the KV pool (decoded per step to
+ *     score); the layer then "publishes"
  *     its keys for the sequence;
  *   - q = wq_b(qr) per head, RoPE, FP4; w = bf16(weights_proj(x) * scale);
  *   - per query row: BF16 scores against the keys of the published (quirk)
@@ -102,8 +103,7 @@ static void publish_keys(tide_step *s, int layer, const float *lat, const int64_
         for (int64_t j = first[q]; j < first[q] + count[q]; j++, kk++) {
             float *v = k + kk * ID;
             tide_rope_tail(s, layer, v, 1, ID, j * ratio, 0);
-            tide_sim_fp4_e8m0(v, (size_t)ID, 32);
-            memcpy(tide_kv_key(&s->fx->kv, &sc->tables[slot], j), v, (size_t)ID * sizeof(float));
+            tide_kv_put_key(&s->fx->kv, &sc->tables[slot], j, v); /* FP4 */
         }
     }
     free(k);
@@ -162,7 +162,7 @@ void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, cons
         }
         float *kb = tide_xmalloc((size_t)((n ? n : 1) * ID) * sizeof(float));
         for (int64_t j = 0; j < n; j++) {
-            if (j < have) memcpy(kb + j * ID, tide_kv_key(&s->fx->kv, &sc->tables[slot], j), (size_t)ID * sizeof(float));
+            if (j < have) tide_kv_get_key(&s->fx->kv, &sc->tables[slot], j, kb + j * ID);
             else memset(kb + j * ID, 0, (size_t)ID * sizeof(float)); /* never written: zeros */
         }
         keys[qi] = kb;

@@ -355,44 +355,13 @@ int tide_config_from_json_text(const char *text, const char *origin, tide_config
 }
 
 static int read_file(const char *path, char **out, tide_status *st) {
-    *out = NULL;
-    FILE *f = tide_fopen_regular(path, st);
-    if (!f) return -1;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 4096) {
-            if (cap > ((size_t)64 << 20)) {
-                free(buf);
-                fclose(f);
-                return tide_fail(st, TIDE_ERR_FORMAT, "%s: larger than 64 MiB, not a config", path);
-            }
-            size_t ncap = cap ? cap * 2 : 16384;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return tide_fail(st, TIDE_ERR_NOMEM, "%s: out of memory", path);
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t n = fread(buf + len, 1, cap - len - 1, f);
-        len += n;
-        if (n == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return tide_fail(st, TIDE_ERR_IO, "%s: read error", path);
-    }
-    buf[len] = 0;
-    if (strlen(buf) != len) {
-        free(buf);
+    size_t len;
+    if (tide_read_file(path, (size_t)64 << 20, out, &len, st) != 0) return -1;
+    if (strlen(*out) != len) {
+        free(*out);
+        *out = NULL;
         return tide_fail(st, TIDE_ERR_FORMAT, "%s: contains a NUL byte, not a JSON text", path);
     }
-    *out = buf;
     return 0;
 }
 

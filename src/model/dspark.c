@@ -37,8 +37,7 @@ static void seed_stage(tide_fwd_ctx *fx, tide_seq_cache *c, int layer, const flo
     for (int64_t t = 0; t < n; t++) {
         tide_rope_cs(m->layers[layer].rope_freq, rd / 2, pos0 + t, cs);
         fx->ops->rope(fx->ops, kv + t * Dh + (Dh - rd), 1, Dh, rd / 2, cs, 0);
-        tide_sim_fp8_act(kv + t * Dh, (size_t)Dh, 32);
-        memcpy(tide_seq_ring(c, layer, pos0 + t), kv + t * Dh, (size_t)Dh * sizeof(float));
+        tide_seq_ring_put(c, layer, pos0 + t, kv + t * Dh); /* FP8 */
     }
     free(kv);
 }
@@ -76,18 +75,20 @@ static void draft_attn(tide_step *s, int layer, const float *x, float *out, void
     float *qr = tide_xmalloc((size_t)(B * QL) * sizeof(float));
     float *q = tide_xmalloc((size_t)(B * H * Dh) * sizeof(float));
     float *kv = tide_xmalloc((size_t)(B * Dh) * sizeof(float));
-    tide_attn_project(s, layer, x, qr, q, kv);
+    tide_attn_project(s, layer, x, qr, q, kv, NULL);
     int64_t nr = da->sp + 1 < win ? da->sp + 1 : win, per = nr + B;
     /* positions whose stage KV was never seeded (a restored sequence's
      * replay, the decoder variant's skipped rows) are empty slots */
     int64_t lo = da->c->ring_lo > da->c->tail_lo ? da->c->ring_lo : da->c->tail_lo;
     const float **ents = tide_xmalloc((size_t)(B * per) * sizeof(float *));
     tide_attn_row *ar = tide_xmalloc((size_t)B * sizeof *ar);
+    float *ring = tide_xmalloc((size_t)(nr * Dh) * sizeof(float)); /* the packed slots decoded */
+    for (int64_t i = 0; i < nr; i++) tide_seq_ring_get(da->c, layer, i, ring + i * Dh);
     for (int64_t r = 0; r < B; r++) {
         const float **e = ents + r * per;
         for (int64_t i = 0; i < nr; i++) {
             int64_t t = da->sp - (da->sp - i) % win; /* the position slot i holds */
-            e[i] = t < lo ? NULL : da->c->rings + ((int64_t)layer * win + i) * Dh;
+            e[i] = t < lo ? NULL : ring + i * Dh;
         }
         for (int64_t i = 0; i < B; i++) e[nr + i] = kv + i * Dh;
         ar[r].kv = e;
@@ -95,6 +96,7 @@ static void draft_attn(tide_step *s, int layer, const float *x, float *out, void
     }
     float *o = tide_xmalloc((size_t)(B * H * Dh) * sizeof(float));
     tide_attn_output(s, layer, q, ar, o, out); /* as the backbone's attention */
+    free(ring);
     free(qr);
     free(q);
     free(kv);

@@ -78,10 +78,11 @@ void tide_rope_tail(const tide_step *s, int layer, float *x, int64_t n_vec, int6
 /* The two ends of an attention sub-layer, shared by the backbone and the
  * DSpark stages. tide_attn_project: qr [rows][q_lora] (normalised low-rank
  * q), q [rows][heads][head_dim] and kv [rows][head_dim] (RoPE'd, kv FP8
- * simulated). tide_attn_output: sparse attention of q over each row's
+ * simulated); when kvp is not NULL, also each kv row's packed window entry
+ * (kv_pack.h) at kvp + r * ring_bytes, what the ring stores. tide_attn_output: sparse attention of q over each row's
  * entries, inverse RoPE, grouped wo_a, wo_b into out [rows][dim]; o is
  * [rows][heads][head_dim] scratch that holds the attention output after. */
-void tide_attn_project(tide_step *s, int layer, const float *x, float *qr, float *q, float *kv);
+void tide_attn_project(tide_step *s, int layer, const float *x, float *qr, float *q, float *kv, uint8_t *kvp);
 void tide_attn_output(tide_step *s, int layer, const float *q, const tide_attn_row *ar, float *o, float *out);
 
 /* Row `row` of an embedding-like table (F32 or BF16, [rows][in]) as floats. */

@@ -14,6 +14,8 @@
 #include <microhttpd.h>
 
 #include "base/log.h"
+#include "cache/kv_tier.h"
+#include "serve/http_glue.h"
 #include "serve/serve_internal.h"
 
 typedef struct conn_ctx {
@@ -35,17 +37,8 @@ static void count_status(tide_server *srv, int status) {
 
 static enum MHD_Result queue_buffer(tide_server *srv, struct MHD_Connection *c, int status, const char *ctype,
                                     char *body, size_t len) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body ? body : (char *)"", body ? MHD_RESPMEM_MUST_FREE
-                                                                                             : MHD_RESPMEM_PERSISTENT);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype ? ctype : "application/json");
     count_status(srv, status);
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return tide_http_queue_buffer(c, status, ctype, body, len);
 }
 
 /* Streaming: hands out what the engine thread wrote; suspends when there
@@ -54,20 +47,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     serve_job *j = cls;
     pthread_mutex_lock(&j->srv->mu);
-    ssize_t n;
-    if (j->off < j->buf.len) {
-        size_t k = j->buf.len - j->off < max ? j->buf.len - j->off : max;
-        memcpy(out, j->buf.s + j->off, k);
-        j->off += k;
-        if (j->off == j->buf.len) tide_sb_reset(&j->buf), j->off = 0;
-        n = (ssize_t)k;
-    } else if (j->finished) {
-        n = MHD_CONTENT_READER_END_OF_STREAM;
-    } else {
-        j->suspended = 1;
-        MHD_suspend_connection(j->conn);
-        n = 0;
-    }
+    tide_http_pipe p = {&j->buf, &j->off, &j->finished, &j->suspended, j->conn};
+    ssize_t n = tide_http_pipe_read(&p, out, max);
     pthread_mutex_unlock(&j->srv->mu);
     return n;
 }
@@ -97,6 +78,9 @@ static enum MHD_Result answer_job(tide_server *srv, struct MHD_Connection *c, co
     size_t len = j->buf.len;
     char *body = tide_sb_take(&j->buf);
     pthread_mutex_unlock(&srv->mu);
+    /* tide route's prefill leg: the decode replica reads these pages next */
+    const tide_kv_tier *kt = srv->cfg.engine.kv_tier;
+    if (j->kv_flush && kt && kt->flush) kt->flush(kt->ctx);
     cx->answered = 1;
     return queue_buffer(srv, c, status, "application/json", body, body ? len : 0);
 }
@@ -141,16 +125,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cx) {
         cx = calloc(1, sizeof *cx);
         if (!cx) return MHD_NO;
-        tide_sb_init(&cx->body);
+        tide_http_body_begin(c, &cx->body, &cx->too_big, srv->cfg.max_body);
         *con_cls = cx;
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body) cx->too_big = 1;
         return MHD_YES;
     }
     if (*data_size) {
-        if (!cx->too_big && cx->body.len + *data_size > srv->cfg.max_body) cx->too_big = 1, tide_sb_free(&cx->body);
-        if (!cx->too_big) tide_sb_addn(&cx->body, data, *data_size);
-        if (cx->body.oom) cx->too_big = 1, tide_sb_free(&cx->body);
+        tide_http_body_add(&cx->body, &cx->too_big, srv->cfg.max_body, data, *data_size);
         *data_size = 0;
         return MHD_YES;
     }
@@ -182,12 +162,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    tide_log(TIDE_LOG_DEBUG, "serve: http: %s", msg);
-}
 
 int serve_http_start(tide_server *srv, tide_status *st) {
     struct sockaddr_storage ss;
@@ -208,7 +182,7 @@ int serve_http_start(tide_server *srv, tide_status *st) {
     /* One polling thread, or a pool of them (libmicrohttpd warns about a
      * pool of one). Idle keep-alive connections close after 120 s. */
     struct MHD_OptionItem opts[] = {
-        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, srv},
+        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)tide_http_log, (void *)"serve"},
         {MHD_OPTION_SOCK_ADDR, 0, &ss},
         {MHD_OPTION_CONNECTION_LIMIT, srv->cfg.max_connections, NULL},
         {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL},

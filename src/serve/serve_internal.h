@@ -69,6 +69,7 @@ struct serve_job {
     int refs;              /* under mu: the HTTP side's and the session's */
     serve_api api;
     int stream;
+    int kv_flush;          /* x-tide-kv-flush: the answer waits for the KV tiers' writes (tide route) */
     tide_api_req req;      /* parsed on the HTTP thread; handed to tide_gen_submit */
     tide_gen_id gid;       /* the session, once submitted */
     char id[48];

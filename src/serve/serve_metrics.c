@@ -81,6 +81,13 @@ void serve_metrics_text(tide_server *srv, serve_reply *rp) {
     gauge(&b, "tide_prefix_cache_hit_tokens_total", "counter", "prompt tokens found in the cache",
           (double)s->prefix_hit_tokens);
     gauge(&b, "tide_engine_steps_total", "counter", "engine steps", (double)s->steps);
+    gauge(&b, "tide_engine_tokens_fed_total", "counter", "tokens through the forward pass (prefill, replay, decode)",
+          (double)s->tokens_fed);
+    gauge(&b, "tide_prefix_replay_tokens_total", "counter", "tokens recomputed to rebuild the windows of hits",
+          (double)s->prefix_replay_tokens);
+    gauge(&b, "tide_kv_tier_fetched_total", "counter", "pages brought in from the KV store tiers",
+          (double)s->kv_tier_fetched);
+    gauge(&b, "tide_kv_tier_stored_total", "counter", "pages handed to the KV store tiers", (double)s->kv_tier_stored);
     pthread_mutex_unlock(&srv->mu);
     rp->ctype = "text/plain; version=0.0.4";
     rp->status = b.oom ? 500 : 200;

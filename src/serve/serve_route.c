@@ -103,5 +103,8 @@ void serve_route(tide_server *srv, const serve_http_req *rq, serve_reply *rp) {
     if (!strcmp(p, "/detokenize")) return serve_detokenize(srv, rq->body, rq->len, rp);
     if (!strcmp(p, "/v1/messages/count_tokens")) return serve_count_tokens(srv, rq->body, rq->len, rp);
     serve_job *j;
-    if (serve_job_new(srv, api, rq->body, rq->len, &j, rp) == 0) rp->job = j;
+    if (serve_job_new(srv, api, rq->body, rq->len, &j, rp) == 0) {
+        rp->job = j;
+        j->kv_flush = rq->header(rq->ud, "x-tide-kv-flush") != NULL;
+    }
 }

@@ -197,6 +197,14 @@ int tide_cuda_gemm_exact(const uint8_t *xq, const uint8_t *xs, int64_t m, const 
     return gemm(fp4 ? TIDE_W_FP4 : TIDE_W_FP8, xq, xs, m, w, ws, n, k, y, st);
 }
 
+int tide_cuda_sparse_attn_fast(const float *q, int64_t rows, int heads, int64_t dim, const float *kv, int64_t n_kv,
+                               const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
+                               tide_cuda_stream stream, tide_status *st) {
+    if (dim % 4 || dim > TIDE_CUDA_ATTN_FAST_MAX_DIM || ((uintptr_t)kv & 15))
+        return tide_fail(st, TIDE_ERR_INVALID, "fake sparse_attn_fast: bad shape or alignment");
+    return tide_cuda_sparse_attn(q, rows, heads, dim, kv, n_kv, idx, n_idx, sink, scale, out, stream, st);
+}
+
 int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, const float *kv, int64_t n_kv,
                           const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
                           tide_cuda_stream stream, tide_status *st) {
@@ -224,6 +232,21 @@ int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, 
     free(rw);
     free(ptr);
     return 0;
+}
+
+size_t tide_cuda_hc_mixes_fast_workspace(int64_t rows, int hc, int64_t dim) {
+    if (rows <= 0 || hc < 1 || dim < 1) return 0;
+    return (size_t)((hc * dim + 255) / 256) * (size_t)rows * (size_t)((2 + hc) * hc + 1) * F4;
+}
+
+/* The fast mode's hc_mixes: here the CPU op too (the workspace extent is checked). */
+int tide_cuda_hc_mixes_fast(const float *x, int64_t rows, int hc, int64_t dim, const float *fn, const float *scale,
+                            const float *base, double norm_eps, int iters, double hc_eps, float *pre, float *post,
+                            float *comb, void *ws, size_t ws_bytes, tide_cuda_stream stream, tide_status *st) {
+    size_t need = tide_cuda_hc_mixes_fast_workspace(rows, hc, dim);
+    if (ws_bytes < need) return tide_fail(st, TIDE_ERR_INVALID, "fake_cuda: hc_mixes_fast workspace too small");
+    chk("hc_mixes_fast ws", ws, need);
+    return tide_cuda_hc_mixes(x, rows, hc, dim, fn, scale, base, norm_eps, iters, hc_eps, pre, post, comb, stream, st);
 }
 
 int tide_cuda_hc_mixes(const float *x, int64_t rows, int hc, int64_t dim, const float *fn, const float *scale,
@@ -294,6 +317,24 @@ int tide_cuda_index_scores(const float *q, int64_t rows, int heads, int64_t d, c
     for (int64_t r = 0; r < rows; r++)
         tide_cpu_ops()->index_scores(tide_cpu_ops(), q + r * heads * d, heads, d, w + r * heads, keys, n,
                                      score + r * n);
+    return 0;
+}
+
+/* The fast scores: here the CPU op per row, on that row's key group. */
+int tide_cuda_index_scores_fast(const float *q, int64_t rows, int heads, int64_t d, const float *w, const float *keys,
+                                int64_t n, int groups, int64_t group_stride, float *score, tide_cuda_stream stream,
+                                tide_status *st) {
+    (void)stream;
+    if (groups < 1 || group_stride < 0) return tide_fail(st, TIDE_ERR_INVALID, "fake index_scores_fast: groups");
+    chk("index q", q, (size_t)(rows * heads * d) * F4);
+    chk("index w", w, (size_t)(rows * heads) * F4);
+    int64_t ng = rows < groups ? rows : groups;
+    chk("index keys", keys, (size_t)((ng - 1) * group_stride + n * d) * F4);
+    chk("index score", score, (size_t)(rows * n) * F4);
+    if (kernel("index_scores_fast", st)) return -1;
+    for (int64_t r = 0; r < rows; r++)
+        tide_cpu_ops()->index_scores(tide_cpu_ops(), q + r * heads * d, heads, d, w + r * heads,
+                                     keys + (r % groups) * group_stride, n, score + r * n);
     return 0;
 }
 
@@ -373,13 +414,30 @@ int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, con
     return 0;
 }
 
+int tide_cuda_linear_f32_grouped(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows,
+                                 float *y, int flags, int64_t n_groups, int64_t w_stride, int64_t x_stride,
+                                 int64_t y_stride, tide_cuda_stream stream, tide_status *st) {
+    for (int64_t g = 0; g < n_groups; g++)
+        if (tide_cuda_linear_f32((const char *)w + g * w_stride * (w_bf16 ? 2 : 4), w_bf16, out, in, x + g * x_stride,
+                                 rows, y + g * y_stride, flags, stream, st) != 0)
+            return -1;
+    return 0;
+}
+
 /* ---- the device-resident step's glue and the remaining kernels
  * (backend/cuda/dev_step.c): same extent checks; graphs record nothing
  * (replay is a no-op: the step's kernels already ran while "captured"),
  * timers report 1 ms. ---- */
 
+/* TIDE_FAKE_DEVICE_MEM=N: a device of N bytes, all free (default 4 GiB
+ * free of 8), to test the refusal of a model that does not fit. */
 int tide_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, tide_status *st) {
     (void)st;
+    const char *e = getenv("TIDE_FAKE_DEVICE_MEM");
+    if (e && *e) {
+        *free_bytes = *total_bytes = (size_t)strtoull(e, NULL, 10);
+        return 0;
+    }
     *free_bytes = (size_t)4 << 30;
     *total_bytes = (size_t)8 << 30;
     return 0;

@@ -306,6 +306,141 @@ static void bench_elementwise(gu_rng *rng) {
     tide_cuda_free(a), tide_cuda_free(b), tide_cuda_free(o), tide_cuda_free(ids);
 }
 
+typedef struct {
+    const float *x, *fn, *scale, *base;
+    int64_t rows;
+    float *pre, *post, *comb;
+    void *ws;
+    size_t wsb;
+    int fast;
+} hc_arg;
+static int hc_launch(void *p, tide_status *st) {
+    hc_arg *a = p;
+    if (a->fast)
+        return tide_cuda_hc_mixes_fast(a->x, a->rows, 4, 5120, a->fn, a->scale, a->base, 1e-6, 20, 1e-6, a->pre,
+                                       a->post, a->comb, a->ws, a->wsb, NULL, st);
+    return tide_cuda_hc_mixes(a->x, a->rows, 4, 5120, a->fn, a->scale, a->base, 1e-6, 20, 1e-6, a->pre, a->post,
+                              a->comb, NULL, st);
+}
+
+typedef struct {
+    const float *q, *w, *keys;
+    int64_t rows, n;
+    int groups;
+    float *score;
+    int fast;
+} ix_arg;
+static int ix_launch(void *p, tide_status *st) {
+    ix_arg *a = p;
+    if (a->fast)
+        return tide_cuda_index_scores_fast(a->q, a->rows, 64, 128, a->w, a->keys, a->n, a->groups,
+                                           a->groups > 1 ? a->n * 128 : 0, a->score, NULL, st);
+    return tide_cuda_index_scores(a->q, a->rows, 64, 128, a->w, a->keys, a->n, a->score, NULL, st);
+}
+
+/* Indexer scores at the model's 64 heads x 128: decode (32 rows, each its
+ * own 32768 keys) and prefill (1024 rows over 8192 shared keys), exact
+ * (CUDA cores, double lanes; decode only) and fast (bf16 tensor cores). */
+static void bench_index(gu_rng *rng) {
+    const int64_t kmax = (int64_t)32 * 32768 * 128, qmax = (int64_t)1024 * 64 * 128;
+    ix_arg a = {gu_dalloc((size_t)qmax * 4), gu_dalloc((size_t)1024 * 64 * 4), gu_dalloc((size_t)kmax * 4), 0, 0, 1,
+                gu_dalloc((size_t)1024 * 32768 * 4), 0};
+    fill_dev(rng, (void *)a.q, (size_t)qmax * 4, 0);
+    fill_dev(rng, (void *)a.w, (size_t)1024 * 64 * 4, 0);
+    fill_dev(rng, (void *)a.keys, (size_t)kmax * 4, 0);
+    static const struct { int64_t rows, n; int groups, fast; const char *what; } cs[] = {
+        {32, 32768, 32, 1, "decode, own keys"}, {32, 32768, 32, 0, "decode, own keys"},
+        {1024, 8192, 1, 1, "prefill, shared keys"}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        a.rows = cs[i].rows, a.n = cs[i].n, a.groups = cs[i].groups, a.fast = cs[i].fast;
+        float ms = time_ms(ix_launch, &a);
+        double fl = 2.0 * (double)a.rows * (double)a.n * 64 * 128;
+        double kb = (double)(a.groups > 1 ? a.rows : 1) * (double)a.n * 128 * 4;
+        printf("BENCH|index_scores %s|%lld rows x %lld keys x 64 heads x 128 (%s)|%.3f ms|%.1f TFLOP/s, keys %.0f GB/s\n",
+               a.fast ? "fast (bf16 mma)" : "exact (double lanes)", (long long)a.rows, (long long)a.n, cs[i].what, ms,
+               fl / (ms * 1e-3) / 1e12, kb / (ms * 1e-3) / 1e9);
+    }
+    void *d[] = {(void *)a.q, (void *)a.w, (void *)a.keys, a.score};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) tide_cuda_free(d[i]);
+}
+
+typedef struct {
+    const float *q, *kv, *sink;
+    const int32_t *idx;
+    int64_t rows, n_kv;
+    int n_idx;
+    float *out;
+    int fast;
+} sa_arg;
+static int sa_launch(void *p, tide_status *st) {
+    sa_arg *a = p;
+    if (a->fast)
+        return tide_cuda_sparse_attn_fast(a->q, a->rows, 64, 512, a->kv, a->n_kv, a->idx, a->n_idx, a->sink, 0.044f,
+                                          a->out, NULL, st);
+    return tide_cuda_sparse_attn(a->q, a->rows, 64, 512, a->kv, a->n_kv, a->idx, a->n_idx, a->sink, 0.044f, a->out,
+                                 NULL, st);
+}
+
+/* Sparse attention at the released widths (64 heads x 512, 640 entries a
+ * row: window 128 + top-k 512) for 32 and 256 rows, each row its own
+ * entries among 256 K kv rows: exact and fast. The rate counts the rows'
+ * entries once (kv bytes a row reads) plus q and out. */
+static void bench_attn(gu_rng *rng) {
+    const int64_t rmax = 256, n_kv = 262144;
+    const int n_idx = 640;
+    sa_arg a = {gu_dalloc((size_t)(rmax * 64 * 512) * 4), gu_dalloc((size_t)(n_kv * 512) * 4), gu_dalloc(64 * 4),
+                gu_dalloc((size_t)(rmax * n_idx) * 4), 0, n_kv, n_idx, gu_dalloc((size_t)(rmax * 64 * 512) * 4), 0};
+    fill_dev(rng, (void *)a.q, (size_t)(rmax * 64 * 512) * 4, 0);
+    fill_dev(rng, (void *)a.kv, (size_t)(n_kv * 512) * 4, 0);
+    fill_dev(rng, (void *)a.sink, 64 * 4, 0);
+    int32_t *h = gu_xmalloc((size_t)(rmax * n_idx) * 4);
+    for (int64_t i = 0; i < rmax * n_idx; i++) h[i] = (int32_t)(gu_next(rng) % (uint64_t)n_kv);
+    gu_up((void *)a.idx, h, (size_t)(rmax * n_idx) * 4);
+    free(h);
+    static const int64_t rows_list[] = {32, 256};
+    for (int fast = 1; fast >= 0; fast--)
+        for (int ri = 0; ri < 2; ri++) {
+            a.rows = rows_list[ri];
+            a.fast = fast;
+            float ms = time_ms(sa_launch, &a);
+            double bytes = (double)a.rows * (n_idx * 512.0 * 4 + 2 * 64 * 512 * 4.0);
+            printf("BENCH|sparse_attn %s|%lld rows x 64 heads x 512, 640 entries|%.3f ms|%.0f GB/s (entries once)\n",
+                   fast ? "fast (f32, 16 heads a block)" : "exact (double lanes)", (long long)a.rows, ms,
+                   bytes / (ms * 1e-3) / 1e9);
+        }
+    void *d[] = {(void *)a.q, (void *)a.kv, (void *)a.sink, (void *)a.idx, a.out};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) tide_cuda_free(d[i]);
+}
+
+/* hc_mixes at the released widths (hc 4, dim 5120: a 24 x 20480 f32
+ * projection, 1.97 MB of weight): exact (one block per row) and fast
+ * (split-K), rows 1 / 32 / 256; the rate counts the weight once plus x. */
+static void bench_hc(gu_rng *rng) {
+    const int64_t rmax = 256, n = 4 * 5120, nm = 24;
+    hc_arg a = {gu_dalloc((size_t)(rmax * n) * 4), gu_dalloc((size_t)(nm * n) * 4), gu_dalloc(3 * 4),
+                gu_dalloc((size_t)nm * 4), 0, gu_dalloc((size_t)rmax * 4 * 4), gu_dalloc((size_t)rmax * 4 * 4),
+                gu_dalloc((size_t)rmax * 16 * 4), NULL, 0, 0};
+    fill_dev(rng, (void *)a.x, (size_t)(rmax * n) * 4, 0);
+    fill_dev(rng, (void *)a.fn, (size_t)(nm * n) * 4, 0);
+    fill_dev(rng, (void *)a.scale, 3 * 4, 0);
+    fill_dev(rng, (void *)a.base, (size_t)nm * 4, 0);
+    a.wsb = tide_cuda_hc_mixes_fast_workspace(rmax, 4, 5120);
+    a.ws = gu_dalloc(a.wsb);
+    static const int64_t rows_list[] = {1, 32, 256};
+    for (int fast = 0; fast < 2; fast++)
+        for (int ri = 0; ri < 3; ri++) {
+            a.rows = rows_list[ri];
+            a.fast = fast;
+            float ms = time_ms(hc_launch, &a);
+            double bytes = (double)(nm * n) * 4 + (double)(a.rows * n) * 4;
+            printf("BENCH|hc_mixes %s|%lld rows x hc 4 x 5120|%.4f ms|%.0f GB/s (weight once + x)\n",
+                   fast ? "fast (split-K)" : "exact (block per row)", (long long)a.rows, ms,
+                   bytes / (ms * 1e-3) / 1e9);
+        }
+    void *d[] = {(void *)a.x, (void *)a.fn, (void *)a.scale, (void *)a.base, a.pre, a.post, a.comb, a.ws};
+    for (size_t i = 0; i < sizeof d / sizeof *d; i++) tide_cuda_free(d[i]);
+}
+
 int main(int argc, char **argv) {
     gu_ctx c;
     gu_init(&c, "gpu_bench_kernels");
@@ -385,5 +520,8 @@ int main(int argc, char **argv) {
     bench_experts(&rng);
     bench_head(&rng);
     bench_elementwise(&rng);
+    bench_hc(&rng);
+    bench_index(&rng);
+    bench_attn(&rng);
     return 0;
 }

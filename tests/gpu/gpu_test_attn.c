@@ -8,7 +8,11 @@
  * (|gpu - cpu| <= 2^-8 |cpu|) and at most 0.1% of the outputs differing at
  * all, and reports how many are bit-identical. Cases cover empty slots (-1
  * and out-of-range indices), a chunk of 64 that is entirely empty, rows with
- * no entries at all, lengths not a multiple of 64, and large sinks. */
+ * no entries at all, lengths not a multiple of 64, and large sinks.
+ * The fast kernel (tide_cuda_sparse_attn_fast) is held to the bound derived
+ * in run_case on every case whose dim it takes. */
+#include <math.h>
+
 #include "backend/ops.h"
 #include "gpu_cmp.h"
 #include "gpu_util.h"
@@ -70,6 +74,61 @@ static void run_case(gu_ctx *c, gu_rng *rng, shape s) {
     gu_result(c, name, g.outside == 0 && g.differ * 1000 <= g.n,
               "bit-identical %zu of %zu; outside 1 bf16 step %zu; max rel %.3g", g.n - g.differ, g.n, g.outside,
               g.max_rel);
+    /* the fast kernel (dim a multiple of 4, <= 512), against the bound:
+     * with exact probabilities w_i (sink included) and E_d = sum_i w_i |v_i[d]|,
+     *   |gpu - cpu| <= 2 c E_d + 2^-7 |cpu|,
+     *   c = 2^-7 + 2 ds + (n/64 + 4) 2^-20 + n 2^-23,
+     * ds = the largest score error scale * dim 2^-23 sum|q k| (f32 dots), 2^-7
+     * one bf16 step of a probability on either side, 2^-20 per __expf and per
+     * chunk correction, n 2^-23 the f32 sums; 2^-7 |cpu| the output's bf16. */
+    if (s.dim % 4 == 0 && s.dim <= TIDE_CUDA_ATTN_FAST_MAX_DIM) {
+        gu_poison(dout, 0xff, nq * sizeof(float));
+        gu_ran(tide_cuda_sparse_attn_fast(dq, s.rows, s.heads, s.dim, dkv, s.n_kv, didx, s.n_idx, dsink, scale, dout,
+                                          NULL, &st),
+               &st, "sparse_attn_fast");
+        gu_down(got, dout, nq * sizeof(float));
+        double *wv = gu_xmalloc((size_t)(s.n_idx + 1) * sizeof(double)), *sv = gu_xmalloc((size_t)(s.n_idx + 1) * sizeof(double));
+        size_t over = 0, same = 0;
+        double worst = 0;
+        for (int64_t r = 0; r < s.rows; r++)
+            for (int h = 0; h < s.heads; h++) {
+                const float *qh = q + (r * s.heads + h) * s.dim;
+                double mx = sink[h], ds = 0;
+                for (int i = 0; i < s.n_idx; i++) {
+                    const float *k = ptr[r * s.n_idx + i];
+                    if (!k) continue;
+                    double dot = 0, mag = 0;
+                    for (int64_t d = 0; d < s.dim; d++) {
+                        dot += (double)qh[d] * k[d];
+                        mag += fabs((double)qh[d] * k[d]);
+                    }
+                    sv[i] = dot * scale;
+                    if (sv[i] > mx) mx = sv[i];
+                    double e = scale * (double)s.dim * 0x1p-23 * mag;
+                    if (e > ds) ds = e;
+                }
+                double den = exp((double)sink[h] - mx);
+                for (int i = 0; i < s.n_idx; i++) den += ptr[r * s.n_idx + i] ? exp(sv[i] - mx) : 0.0;
+                for (int i = 0; i < s.n_idx; i++) wv[i] = ptr[r * s.n_idx + i] ? exp(sv[i] - mx) / den : 0.0;
+                double cc = 0x1p-7 + 2 * ds + ((double)s.n_idx / 64 + 4) * 0x1p-20 + (double)s.n_idx * 0x1p-23;
+                for (int64_t d = 0; d < s.dim; d++) {
+                    double E = 0;
+                    for (int i = 0; i < s.n_idx; i++)
+                        if (wv[i] > 0) E += wv[i] * fabs((double)ptr[r * s.n_idx + i][d]);
+                    size_t o = (size_t)((r * s.heads + h) * s.dim + d);
+                    double b = 2 * cc * E + 0x1p-7 * fabs((double)ref[o]) + 1e-30, e = fabs((double)got[o] - ref[o]);
+                    over += !(e <= b);
+                    same += got[o] == ref[o];
+                    if (e / b > worst) worst = e / b;
+                }
+            }
+        snprintf(name, sizeof name, "fast rows %lld heads %d dim %lld n_idx %d n_kv %lld%s", (long long)s.rows, s.heads,
+                 (long long)s.dim, s.n_idx, (long long)s.n_kv, s.empty_chunk ? " empty chunk" : "");
+        gu_result(c, name, over == 0, "%zu outside the bound; worst error/bound %.3g; bit-identical %zu of %zu", over,
+                  worst, same, nq);
+        free(wv);
+        free(sv);
+    }
     tide_cuda_free(dq);
     tide_cuda_free(dkv);
     tide_cuda_free(dsink);

@@ -14,9 +14,23 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$tide" synth --shape tiny --seed 7 -o "$d/m" >/dev/null 2>&1
 ids=3,17,99,4,250,6,7,8,1000,31
 cpu=$("$tide" run --model "$d/m" --prompt-ids "$ids" --max-tokens 12 2>/dev/null)
-gpu=$("$fake" run --model "$d/m" --prompt-ids "$ids" --max-tokens 12 --backend cuda 2>"$d/err") || {
+gpu=$(TIDE_LOG=info "$fake" run --model "$d/m" --prompt-ids "$ids" --max-tokens 12 --backend cuda 2>"$d/err") || {
   cat "$d/err"; fail "tide run --backend cuda (fake) failed"; }
 [ -n "$cpu" ] && [ "$cpu" = "$gpu" ] || fail "greedy tokens differ: cpu '$cpu' cuda '$gpu'"
+# the weights are bound at load (one progress line) and no step uploads any
+grep -qE "^tide: weights on the GPU: [0-9.]+ GB in" "$d/err" || fail "no load progress line: $(cat "$d/err")"
+grep -qE "cuda ops: [1-9][0-9]* weight bytes bound at load, 0 weight uploads after it" "$d/err" ||
+  fail "weights not bound at load, or uploaded during the steps: $(grep 'cuda ops:' "$d/err")"
+# a device too small for the weights: refused before anything runs, with the sizes and the advice
+set +e
+TIDE_FAKE_DEVICE_MEM=100000000 "$fake" run --model "$d/m" --prompt-ids "$ids" --max-tokens 2 --backend cuda \
+  >"$d/small.out" 2>"$d/small.err"; rc=$?
+set -e
+[ $rc != 0 ] || fail "a model larger than the device was accepted"
+[ ! -s "$d/small.out" ] || fail "tokens printed although the model does not fit"
+grep -qE "does not fit on this GPU: its weights need [0-9.]+ GiB.*free of 0.09 GiB.*expert-parallel" "$d/small.err" ||
+  fail "unclear does-not-fit message: $(cat "$d/small.err")"
+grep -qE "not freed|not inside" "$d/small.err" && fail "fake device memory misuse after refusal: $(cat "$d/small.err")"
 grep -qE "not freed|not inside" "$d/err" && fail "fake device memory misuse: $(cat "$d/err")"
 fast=$("$fake" run --model "$d/m" --prompt-ids "$ids" --max-tokens 12 --backend cuda --kernels fast 2>/dev/null)
 [ "$fast" = "$cpu" ] || fail "--kernels fast on the fake (CPU kernels) differs"

@@ -117,6 +117,15 @@ int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, 
                           const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
                           tide_cuda_stream stream, tide_status *st);
 
+/* The fast sparse attention (kernel mode fast): the same function and
+ * arguments with f32 arithmetic and kv rows shared by 16 heads (bound in
+ * docs/gpu.md); q and kv BF16-exact (they are in the model), kv 16-byte
+ * aligned, dim a multiple of 4 up to TIDE_CUDA_ATTN_FAST_MAX_DIM. */
+#define TIDE_CUDA_ATTN_FAST_MAX_DIM 512
+int tide_cuda_sparse_attn_fast(const float *q, int64_t rows, int heads, int64_t dim, const float *kv, int64_t n_kv,
+                               const int32_t *idx, int n_idx, const float *sink, float scale, float *out,
+                               tide_cuda_stream stream, tide_status *st);
+
 /* ---- Hyper-connections (hc.cu) ----
  * tide_cpu_ops()'s hc_mixes (with Sinkhorn), hc_pre and hc_post, bit for
  * bit; same arguments and layouts as ops.h, all arrays on the device.
@@ -127,6 +136,16 @@ int tide_cuda_sparse_attn(const float *q, int64_t rows, int heads, int64_t dim, 
 int tide_cuda_hc_mixes(const float *x, int64_t rows, int hc, int64_t dim, const float *fn, const float *scale,
                        const float *base, double norm_eps, int iters, double hc_eps, float *pre, float *post,
                        float *comb, tide_cuda_stream stream, tide_status *st);
+/* The fast hc_mixes (kernel mode "fast"): the same function with the
+ * projection as a split-K f32 product (hc.cu explains the tiling; the bound
+ * against the CPU is in docs/gpu.md). Batch-invariant: a row's result does
+ * not depend on the other rows. ws: device scratch of
+ * tide_cuda_hc_mixes_fast_workspace(rows, hc, dim) bytes (0 for a bad
+ * shape); rows <= 524280. */
+size_t tide_cuda_hc_mixes_fast_workspace(int64_t rows, int hc, int64_t dim);
+int tide_cuda_hc_mixes_fast(const float *x, int64_t rows, int hc, int64_t dim, const float *fn, const float *scale,
+                            const float *base, double norm_eps, int iters, double hc_eps, float *pre, float *post,
+                            float *comb, void *ws, size_t ws_bytes, tide_cuda_stream stream, tide_status *st);
 int tide_cuda_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const float *pre, float *y,
                      tide_cuda_stream stream, tide_status *st);
 int tide_cuda_hc_post(const float *y, const float *res, int64_t rows, int hc, int64_t dim, const float *post,
@@ -148,6 +167,18 @@ int tide_cuda_sim_fp4_e8m0(float *x, int64_t rows, int64_t n, int64_t block, tid
 int tide_cuda_sim_fp4_e4m3(float *x, int64_t rows, int64_t n, int64_t block, tide_cuda_stream stream,
                            tide_status *st);
 
+/* ---- Packed KV entries (kv_pack.cu) ----
+ * The caches' packed layout (src/cache/kv_pack.h; fmt = tide_kv_fmt: 0
+ * window FP8 + UE8M0/32, 1 latent FP4 + E4M3/16, 2 index key FP4 +
+ * UE8M0/32), rows entries of dim values back to back at e (entry r at
+ * e + r * tide_kv_entry_bytes(fmt, dim)). pack: from raw values x
+ * [rows][dim], byte-identical to tide_kv_pack; unpack: y [rows][dim],
+ * bit-identical to tide_kv_unpack (= the simulation of the packed values). */
+int tide_cuda_kv_pack(int fmt, const float *x, int64_t rows, int64_t dim, uint8_t *e, tide_cuda_stream stream,
+                      tide_status *st);
+int tide_cuda_kv_unpack(int fmt, const uint8_t *e, int64_t rows, int64_t dim, float *y, tide_cuda_stream stream,
+                        tide_status *st);
+
 /* ---- Indexer (index_topk.cu) ----
  * index_scores: tide_cpu_ops()->index_scores for each query row r, bit for
  * bit: q [rows][heads][d], w [rows][heads], keys [n][d], score [rows][n];
@@ -157,6 +188,14 @@ int tide_cuda_sim_fp4_e4m3(float *x, int64_t rows, int64_t n, int64_t block, tid
  * [rows][k]; 0 <= k <= n (the caller clamps k to n). No NaN scores. */
 int tide_cuda_index_scores(const float *q, int64_t rows, int heads, int64_t d, const float *w, const float *keys,
                            int64_t n, float *score, tide_cuda_stream stream, tide_status *st);
+/* The fast index scores (kernel mode fast): the same function with the
+ * q·k dot products on bf16 tensor cores with f32 accumulation (q and keys
+ * must be bf16-exact, as FP4-simulated values are); the epilogue is the
+ * CPU's. Row r reads the keys at keys + (r % groups) * group_stride (groups
+ * 1, stride 0: shared keys). Bound in docs/gpu.md. */
+int tide_cuda_index_scores_fast(const float *q, int64_t rows, int heads, int64_t d, const float *w, const float *keys,
+                                int64_t n, int groups, int64_t group_stride, float *score, tide_cuda_stream stream,
+                                tide_status *st);
 int tide_cuda_topk_sorted(const float *score, int64_t rows, int64_t n, int k, int32_t *out,
                           tide_cuda_stream stream, tide_status *st);
 
@@ -253,6 +292,12 @@ int tide_cuda_copy(void *dst, const void *src, size_t bytes, tide_cuda_stream st
 #define TIDE_CUDA_LIN_FAST 2
 int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows, float *y,
                          int flags, tide_cuda_stream stream, tide_status *st);
+/* n_groups independent products in one launch: group g multiplies the
+ * weight at w + g*w_stride (elements) with the rows at x + g*x_stride into
+ * y + g*y_stride; the same numerics as tide_cuda_linear_f32 per group. */
+int tide_cuda_linear_f32_grouped(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows,
+                                 float *y, int flags, int64_t n_groups, int64_t w_stride, int64_t x_stride,
+                                 int64_t y_stride, tide_cuda_stream stream, tide_status *st);
 
 /* ---- Device-resident step glue (dev_glue.cu) ----
  * Streams, graphs, timers: thin wrappers of the CUDA runtime. A graph is

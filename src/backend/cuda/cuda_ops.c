@@ -240,17 +240,22 @@ static int hc_mixes_gpu(tide_cuda_ops_ctx *cx, const float *x, int64_t rows, int
     int64_t n = hc * dim, nm = (2 + hc) * hc;
     size_t xb = cxo_bytes(rows, n, 4), fb = cxo_bytes(nm, n, 4), scb = 3 * 4, bb = cxo_bytes(nm, 1, 4);
     size_t pb = cxo_bytes(rows, hc, 4), cb = cxo_bytes(rows, (int64_t)hc * hc, 4);
-    size_t need = cxo_al(xb) + cxo_al(fb) + cxo_al(scb) + cxo_al(bb) + 2 * cxo_al(pb) + cxo_al(cb);
+    int fast = cx->kernels == TIDE_CUDA_KERNELS_FAST;
+    size_t wsb = fast ? tide_cuda_hc_mixes_fast_workspace(rows, hc, dim) : 0;
+    size_t need = cxo_al(xb) + cxo_al(fb) + cxo_al(scb) + cxo_al(bb) + 2 * cxo_al(pb) + cxo_al(cb) + cxo_al(wsb);
     if (cxo_arena_begin(cx, need, st) != 0) return -1;
     float *dx = cxo_take(cx, xb, st), *dfn = cxo_take(cx, fb, st), *dsc = cxo_take(cx, scb, st);
     float *dbase = cxo_take(cx, bb, st), *dpre = cxo_take(cx, pb, st), *dpost = cxo_take(cx, pb, st);
     float *dcomb = cxo_take(cx, cb, st);
-    if (!dx || !dfn || !dsc || !dbase || !dpre || !dpost || !dcomb) return -1;
+    void *dws = fast ? cxo_take(cx, wsb, st) : NULL;
+    if (!dx || !dfn || !dsc || !dbase || !dpre || !dpost || !dcomb || (fast && !dws)) return -1;
     if (cxo_up(cx, dx, x, xb, st) != 0 || cxo_up(cx, dfn, fn, fb, st) != 0 || cxo_up(cx, dsc, scale, scb, st) != 0 ||
         cxo_up(cx, dbase, base, bb, st) != 0)
         return -1;
-    int rc = tide_cuda_hc_mixes(dx, rows, hc, dim, dfn, dsc, dbase, norm_eps, iters, hc_eps, dpre, dpost, dcomb,
-                                NULL, st);
+    int rc = fast ? tide_cuda_hc_mixes_fast(dx, rows, hc, dim, dfn, dsc, dbase, norm_eps, iters, hc_eps, dpre, dpost,
+                                            dcomb, dws, wsb, NULL, st)
+                  : tide_cuda_hc_mixes(dx, rows, hc, dim, dfn, dsc, dbase, norm_eps, iters, hc_eps, dpre, dpost,
+                                       dcomb, NULL, st);
     if (cxo_launched(cx, rc) != 0) return -1;
     if (cxo_down(cx, pre, dpre, pb, st) != 0 || cxo_down(cx, post, dpost, pb, st) != 0) return -1;
     return cxo_down(cx, comb, dcomb, cb, st);
@@ -393,7 +398,10 @@ static int index_scores_gpu(tide_cuda_ops_ctx *cx, const float *q, int heads, in
     if (!dq || !dw || !dk || !ds) return -1;
     if (cxo_up(cx, dq, q, qb, st) != 0 || cxo_up(cx, dw, w, wb, st) != 0 || cxo_up(cx, dk, keys, kb, st) != 0)
         return -1;
-    if (cxo_launched(cx, tide_cuda_index_scores(dq, 1, heads, d, dw, dk, n, ds, NULL, st)) != 0) return -1;
+    int rc = cx->kernels == TIDE_CUDA_KERNELS_FAST
+                 ? tide_cuda_index_scores_fast(dq, 1, heads, d, dw, dk, n, 1, 0, ds, NULL, st)
+                 : tide_cuda_index_scores(dq, 1, heads, d, dw, dk, n, ds, NULL, st);
+    if (cxo_launched(cx, rc) != 0) return -1;
     return cxo_down(cx, score, ds, sb, st);
 }
 
@@ -631,6 +639,7 @@ static const tide_ops cuda_table = {
     .engram_mix = cu_engram_mix,
     .moe_route = cu_moe_route,
     .compress_pool = cu_compress_pool,
+    .bind_weights = cxo_bind_weights,
 };
 
 /* ---- the context ---- */

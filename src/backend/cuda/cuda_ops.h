@@ -72,6 +72,8 @@ typedef struct tide_cuda_ops_stats {
     uint64_t bytes_downloaded;
     uint64_t weight_bytes;     /* device bytes held by the weight map */
     uint64_t weights_cached;   /* entries in the weight map */
+    uint64_t weights_bound;    /* bytes bound at load (in weight_bytes too) */
+    uint64_t weight_uploads;   /* weight uploads after load (0 once bound) */
     uint64_t arena_bytes;      /* current size of the scratch arena */
 } tide_cuda_ops_stats;
 
@@ -93,6 +95,18 @@ const tide_ops *tide_cuda_ops_table(tide_cuda_ops_ctx *cx);
 void tide_cuda_ops_destroy(tide_cuda_ops_ctx *cx);
 /* 0 while no CUDA error has happened; else -1 with the first error in *st. */
 int tide_cuda_ops_error(tide_cuda_ops_ctx *cx, tide_status *st);
+/* Binding the weights at load (ops.h bind_weights, called by the engine):
+ * every tensor of the checkpoint goes to the device in one allocation,
+ * streamed tensor by tensor, after a check that the weights plus the
+ * reserve (default 1 GiB: the scratch arena and what the step needs) fit in
+ * the device's free memory; a model that does not fit is refused before
+ * anything is allocated. progress, when set, is called as the bytes go up
+ * (done, total, seconds since the start) and once at the end (done ==
+ * total). Both setters may be called any time before the engine is made. */
+typedef void (*tide_cuda_progress_fn)(void *user, uint64_t done, uint64_t total, double seconds);
+void tide_cuda_ops_set_progress(tide_cuda_ops_ctx *cx, tide_cuda_progress_fn fn, void *user);
+void tide_cuda_ops_set_reserve(tide_cuda_ops_ctx *cx, size_t bytes);
+
 /* Frees the weight map's device copies. Call it before freeing a model whose
  * weights the table has seen if the context is reused for another model: the
  * map is keyed by host address, and a new mapping may reuse an old one. */

@@ -124,14 +124,18 @@ int cxo_attn_run(tide_cuda_ops_ctx *cx, const float *q, int64_t rows, int heads,
         cxo_up(cx, dsink, sink, sb, st) != 0)
         return -1;
 
-    /* one launch per run of rows with the same entry count */
+    /* one launch per run of rows with the same entry count; the fast
+     * kernel (fast mode) where its shape limits allow */
+    int fast = cx->kernels == TIDE_CUDA_KERNELS_FAST && dim % 4 == 0 && dim <= TIDE_CUDA_ATTN_FAST_MAX_DIM;
     int64_t off = 0;
     for (int64_t g0 = 0, g1; g0 < rows; g0 = g1) {
         int32_t n = keys[g0].n;
         g1 = g0 + 1;
         while (g1 < rows && keys[g1].n == n) g1++;
-        int rc = tide_cuda_sparse_attn(dq + g0 * qrow, g1 - g0, heads, dim, dkv, n_kv, didx + off, n, dsink, scale,
-                                       dout + g0 * qrow, NULL, st);
+        int rc = fast ? tide_cuda_sparse_attn_fast(dq + g0 * qrow, g1 - g0, heads, dim, dkv, n_kv, didx + off, n,
+                                                   dsink, scale, dout + g0 * qrow, NULL, st)
+                      : tide_cuda_sparse_attn(dq + g0 * qrow, g1 - g0, heads, dim, dkv, n_kv, didx + off, n, dsink,
+                                              scale, dout + g0 * qrow, NULL, st);
         if (cxo_launched(cx, rc) != 0) return -1;
         off += (g1 - g0) * n;
     }

@@ -46,6 +46,13 @@ typedef struct {
     void *dev;
 } cxo_wslot;
 
+/* One checkpoint tensor's bytes on the device. */
+typedef struct cxo_region {
+    const char *host;
+    size_t bytes;
+    char *dev;
+} cxo_region;
+
 struct tide_cuda_ops_ctx {
     char *arena;
     size_t arena_cap, arena_used;
@@ -56,6 +63,15 @@ struct tide_cuda_ops_ctx {
     int failed;        /* sticky: the first CUDA error */
     tide_status err;
     tide_cuda_ops_stats stats;
+    /* Weights bound at load (cxo_bind_weights): one device buffer holding
+     * every checkpoint tensor, and the host ranges it mirrors, sorted by
+     * host address; cxo_weight looks a view up here first. */
+    char *bound;
+    cxo_region *regions;
+    size_t n_regions;
+    size_t reserve;               /* device bytes kept free at bind time */
+    tide_cuda_progress_fn progress;
+    void *progress_user;
     tide_ops table;     /* this context's table: cuda_ops.c's, ctx = this */
     pthread_mutex_t mu; /* serialises the ops and the calls of cuda_ops.h */
 };
@@ -82,6 +98,8 @@ int cxo_launched(tide_cuda_ops_ctx *cx, int rc);
 /* The device copy of weight bytes at host (uploaded on first use). */
 int cxo_weight(tide_cuda_ops_ctx *cx, const void *host, size_t bytes, const void **dev, tide_status *st);
 void cxo_weights_free(tide_cuda_ops_ctx *cx);
+/* ops.h bind_weights: every tensor of ck to the device (cuda_ops_mem.c). */
+int cxo_bind_weights(const tide_ops *self, const struct tide_st *ck, tide_status *st);
 
 /* Records st as the context's first error (prefixed with the op's name). */
 void cxo_fail(tide_cuda_ops_ctx *cx, const char *op, const tide_status *st);

@@ -6,6 +6,8 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_ops_internal.h"
+#include "base/log.h"
+#include "io/safetensors.h"
 
 size_t cxo_bytes(int64_t a, int64_t b, size_t el) {
     if (a < 0 || b < 0) return CXO_TOO_BIG;
@@ -122,10 +124,29 @@ static int wmap_grow(tide_cuda_ops_ctx *cx, tide_status *st) {
     return 0;
 }
 
+/* The bound region holding [host, host + bytes), or NULL. */
+static const cxo_region *bound_region(const tide_cuda_ops_ctx *cx, const char *host, size_t bytes) {
+    size_t lo = 0, hi = cx->n_regions; /* the last region starting at or below host */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cx->regions[mid].host <= host) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return NULL;
+    const cxo_region *r = &cx->regions[lo - 1];
+    size_t off = (size_t)(host - r->host);
+    return off < r->bytes && bytes <= r->bytes - off ? r : NULL;
+}
+
 int cxo_weight(tide_cuda_ops_ctx *cx, const void *host, size_t bytes, const void **dev, tide_status *st) {
     *dev = NULL;
     if (!host || bytes == 0 || bytes >= CXO_TOO_BIG)
         return tide_fail(st, TIDE_ERR_INVALID, "cuda ops: weight %p of %zu bytes", host, bytes);
+    const cxo_region *r = bound_region(cx, host, bytes);
+    if (r) {
+        *dev = r->dev + ((const char *)host - r->host);
+        return 0;
+    }
     /* the same pointer may be a view of another size (a slice of a larger
      * weight starting at the same byte): the key is pointer AND size */
     size_t i = 0;
@@ -147,6 +168,7 @@ int cxo_weight(tide_cuda_ops_ctx *cx, const void *host, size_t bytes, const void
         tide_cuda_free(d);
         return -1;
     }
+    cx->stats.weight_uploads++;
     cx->wmap[i] = (cxo_wslot){host, bytes, d};
     cx->wcount++;
     cx->stats.weights_cached = cx->wcount;
@@ -160,8 +182,127 @@ void cxo_weights_free(tide_cuda_ops_ctx *cx) {
     free(cx->wmap);
     cx->wmap = NULL;
     cx->wcap = cx->wcount = 0;
+    tide_cuda_free(cx->bound);
+    cx->bound = NULL;
+    free(cx->regions);
+    cx->regions = NULL;
+    cx->n_regions = 0;
     cx->stats.weights_cached = 0;
     cx->stats.weight_bytes = 0;
+    cx->stats.weights_bound = 0;
+}
+
+/* ---- binding the checkpoint at load ---- */
+
+static int by_host(const void *a, const void *b) {
+    const char *x = ((const cxo_region *)a)->host, *y = ((const cxo_region *)b)->host;
+    return x < y ? -1 : x > y;
+}
+
+static double gib(size_t n) { return (double)n / (double)((size_t)1 << 30); }
+
+/* Streams in pieces of this size so the progress callback sees motion on a
+ * large tensor (and a cancelled load would stop soon). */
+#define BIND_PIECE ((size_t)64 << 20)
+
+int cxo_bind_weights(const tide_ops *self, const struct tide_st *ck, tide_status *st) {
+    tide_cuda_ops_ctx *cx = self->ctx;
+    size_t n = tide_st_count(ck), total = 0, raw = 0;
+    int rc = -1;
+    pthread_mutex_lock(&cx->mu);
+    if (cx->bound) {
+        rc = tide_fail(st, TIDE_ERR_INVALID, "cuda ops: a checkpoint is already bound to this context");
+        goto out;
+    }
+    cxo_region *rg = n ? calloc(n, sizeof *rg) : NULL;
+    if (n && !rg) {
+        rc = tide_fail(st, TIDE_ERR_NOMEM, "cuda ops: out of host memory (%zu tensors)", n);
+        goto out;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tide_tensor *t = tide_st_at(ck, i);
+        if (!t || !t->data || t->nbytes == 0) continue;
+        if (t->nbytes >= CXO_TOO_BIG || total > CXO_TOO_BIG - cxo_al(t->nbytes)) {
+            free(rg);
+            rc = tide_fail(st, TIDE_ERR_INVALID, "cuda ops: tensor %s of %llu bytes is too large", t->name,
+                           (unsigned long long)t->nbytes);
+            goto out;
+        }
+        rg[m].host = t->data;
+        rg[m].bytes = (size_t)t->nbytes;
+        total += cxo_al(t->nbytes);
+        raw += (size_t)t->nbytes;
+        m++;
+    }
+    qsort(rg, m, sizeof *rg, by_host);
+    /* does it fit? asked before anything is allocated */
+    size_t free_b = 0, total_b = 0;
+    if (tide_cuda_mem_info(&free_b, &total_b, st) != 0) {
+        free(rg);
+        goto out;
+    }
+    size_t reserve = cx->reserve ? cx->reserve : (size_t)1 << 30;
+    if (total > free_b || free_b - total < reserve) {
+        free(rg);
+        rc = tide_fail(st, TIDE_ERR_NOMEM,
+                       "the model does not fit on this GPU: its weights need %.2f GiB, plus %.2f GiB kept for "
+                       "the step, and the device has %.2f GiB free of %.2f GiB; run it expert-parallel across "
+                       "several GPUs (--ep N, issue 16) or use a smaller checkpoint",
+                       gib(total), gib(reserve), gib(free_b), gib(total_b));
+        goto out;
+    }
+    void *dev = NULL;
+    if (tide_cuda_malloc(&dev, total ? total : 1, st) != 0) {
+        free(rg);
+        goto out;
+    }
+    double t0 = tide_now_seconds(), last = t0;
+    size_t off = 0, done = 0;
+    for (size_t i = 0; i < m; i++) {
+        rg[i].dev = (char *)dev + off;
+        for (size_t p = 0; p < rg[i].bytes; p += BIND_PIECE) {
+            size_t k = rg[i].bytes - p < BIND_PIECE ? rg[i].bytes - p : BIND_PIECE;
+            if (cxo_up(cx, rg[i].dev + p, rg[i].host + p, k, st) != 0) {
+                tide_cuda_free(dev);
+                free(rg);
+                tide_fail_ctx(st, "cuda ops: binding the weights");
+                goto out;
+            }
+            done += k;
+            double now = tide_now_seconds();
+            if (cx->progress && now - last >= 0.25) {
+                cx->progress(cx->progress_user, done, raw, now - t0);
+                last = now;
+            }
+        }
+        off += cxo_al(rg[i].bytes);
+    }
+    if (cx->progress) cx->progress(cx->progress_user, raw, raw, tide_now_seconds() - t0);
+    cx->bound = dev;
+    cx->regions = rg;
+    cx->n_regions = m;
+    cx->stats.weights_bound = total;
+    cx->stats.weight_bytes += total;
+    rc = 0;
+out:
+    pthread_mutex_unlock(&cx->mu);
+    return rc;
+}
+
+void tide_cuda_ops_set_progress(tide_cuda_ops_ctx *cx, tide_cuda_progress_fn fn, void *user) {
+    if (!cx) return;
+    pthread_mutex_lock(&cx->mu);
+    cx->progress = fn;
+    cx->progress_user = user;
+    pthread_mutex_unlock(&cx->mu);
+}
+
+void tide_cuda_ops_set_reserve(tide_cuda_ops_ctx *cx, size_t bytes) {
+    if (!cx) return;
+    pthread_mutex_lock(&cx->mu);
+    cx->reserve = bytes;
+    pthread_mutex_unlock(&cx->mu);
 }
 
 void cxo_fail(tide_cuda_ops_ctx *cx, const char *op, const tide_status *st) {

@@ -157,6 +157,8 @@ struct tide_dstep {
     uint16_t *t16, *sh16;
     int32_t *ridx, *topk, *aidx, *amax;
     void *ex_ws;
+    void *hc_ws; /* the fast hc_mixes' split-K partials */
+    size_t hc_ws_bytes;
     size_t ex_ws_bytes;
     int64_t score_w; /* widest scored key count */
     int64_t launches;
@@ -290,6 +292,8 @@ static void plan_work(tide_dstep *s, ds_plan *p) {
     s->pre2 = take(p, (size_t)(R * hc) * 4);
     s->post2 = take(p, (size_t)(R * hc) * 4);
     s->comb2 = take(p, (size_t)(R * hc * hc) * 4);
+    s->hc_ws_bytes = tide_cuda_hc_mixes_fast_workspace(R, (int)hc, D);
+    s->hc_ws = take(p, s->hc_ws_bytes);
     s->xa = take(p, (size_t)(R * D) * 4);
     s->xf = take(p, (size_t)(R * D) * 4);
     s->xq = take(p, (size_t)(R * maxk));
@@ -710,17 +714,10 @@ static int indexer(tide_dstep *s, int i, tide_status *st) {
     if (lin_f(s, L->i_wproj, 1, IH, s->D, s->xa, R, s->iw, st) != 0) return -1;
     int64_t pkeys = pool_key_rows(s);
     MARK(TIDE_DSTEP_PH_INDEX_SCORES);
-    if (s->o.prefill) {
-        K_(tide_cuda_index_scores(s->iq, R, (int)IH, ID, s->iw, s->keys + s->key_row0[ks] * ID, n, s->score, cs, st));
-    } else {
-        /* one sequence per call: each scores its own pool's keys */
-        for (int64_t b = 0; b < R; b++) {
-            int64_t pool = b % s->n_pools;
-            const float *keys = s->keys + (s->key_row0[ks] + pool * pkeys) * ID;
-            K_(tide_cuda_index_scores(s->iq + b * IH * ID, 1, (int)IH, ID, s->iw + b * IH, keys, n, s->score + b * n,
-                                      cs, st));
-        }
-    }
+    /* the fast (tensor-core) scores; decode: row b scores its own pool's keys (b % pools) */
+    K_(tide_cuda_index_scores_fast(s->iq, R, (int)IH, ID, s->iw, s->keys + s->key_row0[ks] * ID, n,
+                                   s->o.prefill ? 1 : (int)s->n_pools, s->o.prefill ? 0 : pkeys * ID, s->score, cs,
+                                   st));
     int k = (int)(s->K < n ? s->K : n);
     K_(tide_cuda_topk_sorted(s->score, R, n, k, s->topk, cs, st));
     return 0;
@@ -762,16 +759,15 @@ static int attention(tide_dstep *s, int i, tide_status *st) {
     } else {
         K_(tide_cuda_attn_idx(R, win, 0, s->win_base[i], s->win_len, NULL, NULL, s->aidx, cs, st));
     }
-    K_(tide_cuda_sparse_attn(s->q, R, (int)H, hd, s->kv_arena, s->kv_rows, s->aidx, win + k, L->sink,
+    K_(tide_cuda_sparse_attn_fast(s->q, R, (int)H, hd, s->kv_arena, s->kv_rows, s->aidx, win + k, L->sink,
                              (float)(1.0 / sqrt((double)hd)), s->att, cs, st));
     if (rope_tail(s, s->att, R, H, hd, 1, st) != 0) return -1;
-    /* grouped wo_a: [R][G][c] -> [G][R][c], G BF16 linears, back to [R][G][OR] */
+    /* grouped wo_a: [R][G][c] -> [G][R][c], one grouped BF16 linear, back to [R][G][OR] */
     int64_t G = s->G, c = H * hd / G, OR = s->OR;
     MARK(TIDE_DSTEP_PH_WO_A);
     K_(tide_cuda_transpose01(s->att, R, G, c, s->og, cs, st));
-    for (int64_t g = 0; g < G; g++)
-        if (lin_f(s, L->wo_a + (size_t)(g * OR * c), 1, OR, c, s->og + g * R * c, R, s->ot + g * R * OR, st) != 0)
-            return -1;
+    K_(tide_cuda_linear_f32_grouped(L->wo_a, 1, OR, c, s->og, R, s->ot, TIDE_CUDA_LIN_FAST | TIDE_CUDA_LIN_BF16_OUT,
+                                    G, OR * c, R * c, R * OR, cs, st));
     K_(tide_cuda_transpose01(s->ot, G, R, OR, s->ocat, cs, st));
     MARK(TIDE_DSTEP_PH_WO_B);
     if (lin_q(s, &L->wo_b, 0, s->ocat, R, s->t16, s->ya, st) != 0) return -1;
@@ -828,15 +824,17 @@ int tide_dstep_enqueue(tide_dstep *s, tide_status *st) {
         MARK(TIDE_DSTEP_PH_EMBED);
         if (s->cfg.roles[i].has_engram && engram(s, i, st) != 0) return -1;
         MARK(TIDE_DSTEP_PH_HC);
-        K_(tide_cuda_hc_mixes(s->h, R, hc, D, L->hc_fn[0], L->hc_scale[0], L->hc_base[0], eps,
-                              (int)x->hc_sinkhorn_iters, x->hc_eps, s->pre, s->post, s->comb, cs, st));
+        K_(tide_cuda_hc_mixes_fast(s->h, R, hc, D, L->hc_fn[0], L->hc_scale[0], L->hc_base[0], eps,
+                                   (int)x->hc_sinkhorn_iters, x->hc_eps, s->pre, s->post, s->comb, s->hc_ws,
+                                   s->hc_ws_bytes, cs, st));
         K_(tide_cuda_hc_pre(s->h, R, hc, D, s->pre, s->xa, cs, st));
         K_(tide_cuda_rmsnorm_f32(s->xa, R, D, L->attn_norm, eps, s->xa, cs, st));
         if (attention(s, i, st) != 0) return -1;
         MARK(TIDE_DSTEP_PH_HC);
         K_(tide_cuda_hc_post(s->ya, s->h, R, hc, D, s->post, s->comb, s->h2, cs, st));
-        K_(tide_cuda_hc_mixes(s->h2, R, hc, D, L->hc_fn[1], L->hc_scale[1], L->hc_base[1], eps,
-                              (int)x->hc_sinkhorn_iters, x->hc_eps, s->pre2, s->post2, s->comb2, cs, st));
+        K_(tide_cuda_hc_mixes_fast(s->h2, R, hc, D, L->hc_fn[1], L->hc_scale[1], L->hc_base[1], eps,
+                                   (int)x->hc_sinkhorn_iters, x->hc_eps, s->pre2, s->post2, s->comb2, s->hc_ws,
+                                   s->hc_ws_bytes, cs, st));
         K_(tide_cuda_hc_pre(s->h2, R, hc, D, s->pre2, s->xf, cs, st));
         K_(tide_cuda_rmsnorm_f32(s->xf, R, D, L->ffn_norm, eps, s->xf, cs, st));
         if (ffn(s, i, st) != 0) return -1;

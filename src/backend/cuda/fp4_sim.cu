@@ -21,25 +21,6 @@ extern "C" {
 #include "backend/cuda/cuda_kernels.h"
 }
 
-#define TIDE_DEV_BITS_6 0x40c00000u
-
-/* tide_e4m3_dec */
-__device__ __forceinline__ float e4m3_dec(uint32_t c) {
-    uint32_t sign = (c & 0x80u) << 24, e = (c >> 3) & 15u, m = c & 7u;
-    uint32_t mag = e == 0 ? __float_as_uint(__fmul_rn((float)(int32_t)m, 0x1p-9f)) : (((e + 120u) << 23) | (m << 20));
-    if ((c & 0x7fu) == 0x7fu) mag = TIDE_DEV_F32_QNAN;
-    return __uint_as_float(mag | sign);
-}
-
-/* tide_e2m1_round_clamped: |x| <= 6 (or NaN, which becomes 6 with its sign). */
-__device__ __forceinline__ float e2m1_round_clamped(float x) {
-    uint32_t u = __float_as_uint(x), sign = u & 0x80000000u, a = u & TIDE_DEV_F32_ABS, r;
-    if (a > TIDE_DEV_F32_INF) r = 0x40c00000u;
-    else if (a < 0x3f800000u) r = __float_as_uint(__fsub_rn(__fadd_rn(__uint_as_float(a), 4194304.0f), 4194304.0f));
-    else r = (a + 0x1fffffu + ((a >> 22) & 1u)) & 0xffc00000u;
-    return __uint_as_float(r | sign);
-}
-
 __global__ void fp4_sim_kernel(float *__restrict__ x, int64_t rows, int64_t n, int64_t block, int e4m3) {
     const int64_t per_row = (n + block - 1) / block, total = rows * per_row;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
@@ -54,13 +35,13 @@ __global__ void fp4_sim_kernel(float *__restrict__ x, int64_t rows, int64_t n, i
         float s;
         if (e4m3) {
             uint32_t am = (uint32_t)amax < 0x3c400000u ? 0x3c400000u : (uint32_t)amax;
-            s = e4m3_dec(tide_dev_e4m3_enc(__fdiv_rn(__uint_as_float(am), 6.0f)));
+            s = tide_dev_e4m3_dec(tide_dev_e4m3_enc(__fdiv_rn(__uint_as_float(am), 6.0f)));
         } else {
             uint32_t am = (uint32_t)amax < 0x01c00000u ? 0x01c00000u : (uint32_t)amax;
             s = tide_dev_e8m0_dec(tide_dev_e8m0_ceil(__fmul_rn(__uint_as_float(am), 1.0f / 6.0f)));
         }
         for (int64_t i = 0; i < len; i++)
-            p[i] = __fmul_rn(e2m1_round_clamped(tide_dev_clamp_nan(__fdiv_rn(p[i], s), TIDE_DEV_BITS_6)), s);
+            p[i] = __fmul_rn(tide_dev_e2m1_round_clamped(tide_dev_clamp_nan(__fdiv_rn(p[i], s), TIDE_DEV_BITS_6)), s);
     }
 }
 

@@ -33,19 +33,6 @@ extern "C" {
 
 namespace {
 
-__device__ __forceinline__ float e4m3_dec(uint32_t c) {
-    uint32_t sign = (c & 0x80u) << 24, e = (c >> 3) & 15u, m = c & 7u;
-    uint32_t mag = e == 0 ? __float_as_uint(__fmul_rn((float)m, 0x1p-9f)) : (((e + 120u) << 23) | (m << 20));
-    if ((c & 0x7fu) == 0x7fu) mag = TIDE_DEV_F32_QNAN;
-    return __uint_as_float(mag | sign);
-}
-
-__device__ __forceinline__ float e2m1_dec(uint32_t c) {
-    uint32_t sign = (c & 8u) << 28, e = (c >> 1) & 3u, m = c & 1u;
-    uint32_t mag = e == 0 ? m * 0x3f000000u : (((e + 126u) << 23) | (m << 22));
-    return __uint_as_float(mag | sign);
-}
-
 template <bool FP4>
 __global__ void gemm_exact_kernel(const uint8_t *__restrict__ xq, const uint8_t *__restrict__ xs, int64_t m,
                                   const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
@@ -80,8 +67,8 @@ __global__ void gemm_exact_kernel(const uint8_t *__restrict__ xq, const uint8_t 
         double s[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int i = 0; i < 32; i++) {
-            float a = __fmul_rn(e4m3_dec(xr[b * 32 + i]), sx);
-            float c = __fmul_rn(FP4 ? e2m1_dec(wc[i]) : e4m3_dec(wc[i]), sw);
+            float a = __fmul_rn(tide_dev_e4m3_dec(xr[b * 32 + i]), sx);
+            float c = __fmul_rn(FP4 ? tide_dev_e2m1_dec(wc[i]) : tide_dev_e4m3_dec(wc[i]), sw);
             s[i & 3] = __dadd_rn(s[i & 3], __dmul_rn((double)a, (double)c));
         }
         float p = __double2float_rn(__dadd_rn(__dadd_rn(s[0], s[1]), __dadd_rn(s[2], s[3])));

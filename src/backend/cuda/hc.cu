@@ -102,6 +102,19 @@ __device__ static void sinkhorn(float *c, int h, int iters, float eps) {
     }
 }
 
+/* Gates and Sinkhorn from the scaled projections m[0..nm) of one row
+ * (one thread): pre, post, comb of that row; cm is h*h scratch. */
+__device__ static void hc_finish(const float *m, int h, const float *scale, const float *base, int iters,
+                                 float hc_eps, float *pr, float *po, float *co, float *cm) {
+    for (int c = 0; c < h; c++) {
+        pr[c] = __fadd_rn(tide_dev_sigmoid(__fadd_rn(__fmul_rn(m[c], scale[0]), base[c])), hc_eps);
+        po[c] = __fmul_rn(2.0f, tide_dev_sigmoid(__fadd_rn(__fmul_rn(m[h + c], scale[1]), base[h + c])));
+    }
+    for (int i = 0; i < h * h; i++) cm[i] = __fadd_rn(__fmul_rn(m[2 * h + i], scale[2]), base[2 * h + i]);
+    sinkhorn(cm, h, iters, hc_eps);
+    for (int i = 0; i < h * h; i++) co[i] = cm[i];
+}
+
 __global__ void __launch_bounds__(HC_THREADS) hc_mixes_kernel(const float *__restrict__ x, int hc, int64_t dim,
                                                               const float *__restrict__ fn,
                                                               const float *__restrict__ scale,
@@ -146,16 +159,98 @@ __global__ void __launch_bounds__(HC_THREADS) hc_mixes_kernel(const float *__res
     __syncthreads();
 
     /* 3. gates and Sinkhorn */
-    if (tid == 0) {
-        float *pr = pre + r * h, *po = post + r * h, *co = comb + r * h * h;
-        for (int c = 0; c < h; c++) {
-            pr[c] = __fadd_rn(tide_dev_sigmoid(__fadd_rn(__fmul_rn(m[c], scale[0]), base[c])), hc_eps);
-            po[c] = __fmul_rn(2.0f, tide_dev_sigmoid(__fadd_rn(__fmul_rn(m[h + c], scale[1]), base[h + c])));
-        }
-        for (int i = 0; i < h * h; i++) cm[i] = __fadd_rn(__fmul_rn(m[2 * h + i], scale[2]), base[2 * h + i]);
-        sinkhorn(cm, h, iters, hc_eps);
-        for (int i = 0; i < h * h; i++) co[i] = cm[i];
+    if (tid == 0) hc_finish(m, h, scale, base, iters, hc_eps, pre + r * h, post + r * h, comb + r * h * h, cm);
+}
+
+/* ---- the fast hc_mixes (kernel mode "fast"): split-K over the row ----
+ *
+ * The projection is a [rows x n] x [n x nm] product with nm = (2+hc)*hc tiny
+ * (24 for hc 4) and n = hc*dim large (20480 at the released widths): one
+ * block per row reads the 2 MB weight serially and waits on memory. Here:
+ *   A. grid (n / KS slices, rows / RB): a block stages its k-slice of RB
+ *      rows of x and, OC outputs at a time, the slice of those weight rows
+ *      (rows padded to KS+1 floats: the 32 outputs of a warp hit 32 banks)
+ *      in shared memory with coalesced loads; thread (r, o) forms the f32
+ *      dot product of the slice (four interleaved accumulators), threads
+ *      r < RB the row's sum of squares; partials go to ws[slice][row][nm+1].
+ *   B. one block per row adds the slices' partials in slice order (a row's
+ *      result never depends on the other rows: batch-invariant), scales by
+ *      rsqrt(mean + eps), and thread 0 applies gates and Sinkhorn exactly
+ *      as the exact kernel does (hc_finish).
+ * The weight is read once per RB rows (from L2 after the first block row).
+ * Numerics: f32 sums of at most KS terms per partial plus n/KS partials
+ * instead of tide_cpu_dot's double lanes; docs/gpu.md states the bound. */
+#define HCF_KS 256
+#define HCF_RB 8
+#define HCF_OC 32
+#define HCF_THREADS (HCF_RB * HCF_OC)
+
+static int64_t hcf_slices(int64_t n) { return (n + HCF_KS - 1) / HCF_KS; }
+
+__global__ void __launch_bounds__(HCF_THREADS) hc_mixes_fast_part(const float *__restrict__ x, int64_t rows,
+                                                                  int32_t n, int nm, const float *__restrict__ fn,
+                                                                  float *__restrict__ part) {
+    __shared__ float xs[HCF_RB][HCF_KS];
+    __shared__ float wsm[HCF_OC][HCF_KS + 1];
+    const int tid = threadIdx.x, sl = blockIdx.x;
+    const int64_t r0 = (int64_t)blockIdx.y * HCF_RB;
+    const int32_t k0 = sl * HCF_KS, kl = n - k0 < HCF_KS ? n - k0 : HCF_KS;
+    for (int i = tid; i < HCF_RB * HCF_KS; i += HCF_THREADS) {
+        int r = i / HCF_KS, k = i % HCF_KS;
+        xs[r][k] = (r0 + r < rows && k < kl) ? x[(r0 + r) * n + k0 + k] : 0.0f;
     }
+    __syncthreads();
+    const int64_t stride = nm + 1;
+    if (tid < HCF_RB && r0 + tid < rows) {
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        for (int k = 0; k < HCF_KS; k += 4) {
+            a0 = fmaf(xs[tid][k], xs[tid][k], a0);
+            a1 = fmaf(xs[tid][k + 1], xs[tid][k + 1], a1);
+            a2 = fmaf(xs[tid][k + 2], xs[tid][k + 2], a2);
+            a3 = fmaf(xs[tid][k + 3], xs[tid][k + 3], a3);
+        }
+        part[((int64_t)sl * rows + r0 + tid) * stride + nm] = (a0 + a1) + (a2 + a3);
+    }
+    const int r = tid / HCF_OC, o = tid % HCF_OC;
+    for (int oc0 = 0; oc0 < nm; oc0 += HCF_OC) {
+        for (int i = tid; i < HCF_OC * HCF_KS; i += HCF_THREADS) {
+            int oo = i / HCF_KS, k = i % HCF_KS;
+            wsm[oo][k] = (oc0 + oo < nm && k < kl) ? fn[(int64_t)(oc0 + oo) * n + k0 + k] : 0.0f;
+        }
+        __syncthreads();
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        for (int k = 0; k < HCF_KS; k += 4) {
+            a0 = fmaf(xs[r][k], wsm[o][k], a0);
+            a1 = fmaf(xs[r][k + 1], wsm[o][k + 1], a1);
+            a2 = fmaf(xs[r][k + 2], wsm[o][k + 2], a2);
+            a3 = fmaf(xs[r][k + 3], wsm[o][k + 3], a3);
+        }
+        if (r0 + r < rows && oc0 + o < nm) part[((int64_t)sl * rows + r0 + r) * stride + oc0 + o] = (a0 + a1) + (a2 + a3);
+        __syncthreads();
+    }
+}
+
+__global__ void __launch_bounds__(HC_THREADS) hc_mixes_fast_finish(const float *__restrict__ part, int64_t rows,
+                                                                   int32_t n, int hc, int n_slices,
+                                                                   const float *__restrict__ scale,
+                                                                   const float *__restrict__ base, float norm_eps,
+                                                                   int iters, float hc_eps, float *__restrict__ pre,
+                                                                   float *__restrict__ post,
+                                                                   float *__restrict__ comb) {
+    __shared__ float m[(2 + TIDE_CUDA_HC_MAX) * TIDE_CUDA_HC_MAX + 1];
+    __shared__ float cm[TIDE_CUDA_HC_MAX * TIDE_CUDA_HC_MAX];
+    const int64_t r = blockIdx.x;
+    const int h = hc, nm = (2 + hc) * hc, tid = threadIdx.x;
+    for (int j = tid; j <= nm; j += HC_THREADS) {
+        float s = 0.0f;
+        for (int sl = 0; sl < n_slices; sl++) s += part[((int64_t)sl * rows + r) * (nm + 1) + j];
+        m[j] = s;
+    }
+    __syncthreads();
+    const float rs = rsqrtf(m[nm] / (float)n + norm_eps);
+    for (int j = tid; j < nm; j += HC_THREADS) m[j] *= rs;
+    __syncthreads();
+    if (tid == 0) hc_finish(m, h, scale, base, iters, hc_eps, pre + r * h, post + r * h, comb + r * h * h, cm);
 }
 
 __global__ void hc_pre_kernel(const float *__restrict__ x, int64_t rows, int hc, int64_t dim,
@@ -203,6 +298,40 @@ extern "C" int tide_cuda_hc_mixes(const float *x, int64_t rows, int hc, int64_t 
     hc_mixes_kernel<<<(unsigned)rows, HC_THREADS, 0, (cudaStream_t)stream>>>(
         x, hc, dim, fn, scale, base, (float)norm_eps, iters, (float)hc_eps, pre, post, comb);
     return tide_cuda_launched("hc_mixes_kernel", st);
+}
+
+extern "C" size_t tide_cuda_hc_mixes_fast_workspace(int64_t rows, int hc, int64_t dim) {
+    if (rows <= 0 || hc < 1 || hc > TIDE_CUDA_HC_MAX || dim < 1) return 0;
+    return (size_t)hcf_slices((int64_t)hc * dim) * (size_t)rows * (size_t)((2 + hc) * hc + 1) * sizeof(float);
+}
+
+extern "C" int tide_cuda_hc_mixes_fast(const float *x, int64_t rows, int hc, int64_t dim, const float *fn,
+                                       const float *scale, const float *base, double norm_eps, int iters,
+                                       double hc_eps, float *pre, float *post, float *comb, void *ws,
+                                       size_t ws_bytes, tide_cuda_stream stream, tide_status *st) {
+    if (rows < 0 || hc < 1 || hc > TIDE_CUDA_HC_MAX || dim < 1 || (int64_t)hc * dim > TIDE_CUDA_HC_MAX_N ||
+        iters < 0 || rows > (int64_t)65535 * HCF_RB)
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         "cuda hc_mixes_fast: bad shape rows=%lld (<= %d) hc=%d (1..%d) dim=%lld (hc*dim <= %d) "
+                         "iters=%d",
+                         (long long)rows, 65535 * HCF_RB, hc, TIDE_CUDA_HC_MAX, (long long)dim, TIDE_CUDA_HC_MAX_N,
+                         iters);
+    if (rows == 0) return 0;
+    if (!x || !fn || !scale || !base || !pre || !post || !comb || !ws)
+        return tide_fail(st, TIDE_ERR_INVALID, "cuda hc_mixes_fast: NULL pointer");
+    size_t need = tide_cuda_hc_mixes_fast_workspace(rows, hc, dim);
+    if (ws_bytes < need)
+        return tide_fail(st, TIDE_ERR_INVALID, "cuda hc_mixes_fast: workspace of %zu bytes, %zu needed", ws_bytes,
+                         need);
+    const int32_t n = (int32_t)(hc * dim);
+    const int nm = (2 + hc) * hc;
+    const int64_t ns = hcf_slices(n);
+    dim3 grid((unsigned)ns, (unsigned)((rows + HCF_RB - 1) / HCF_RB));
+    hc_mixes_fast_part<<<grid, HCF_THREADS, 0, (cudaStream_t)stream>>>(x, rows, n, nm, fn, (float *)ws);
+    if (tide_cuda_launched("hc_mixes_fast_part", st) != 0) return -1;
+    hc_mixes_fast_finish<<<(unsigned)rows, HC_THREADS, 0, (cudaStream_t)stream>>>(
+        (const float *)ws, rows, n, hc, (int)ns, scale, base, (float)norm_eps, iters, (float)hc_eps, pre, post, comb);
+    return tide_cuda_launched("hc_mixes_fast_finish", st);
 }
 
 extern "C" int tide_cuda_hc_pre(const float *x, int64_t rows, int hc, int64_t dim, const float *pre, float *y,

@@ -80,6 +80,125 @@ extern "C" int tide_cuda_index_scores(const float *q, int64_t rows, int heads, i
     return tide_cuda_launched("index_scores_kernel", st);
 }
 
+/* ---- the fast index scores (kernel mode "fast"): bf16 tensor cores ----
+ *
+ * q and the keys are FP4-simulated (e2m1 codes times power-of-two or e4m3
+ * scales): every value is exact in bf16, and so is every product in f32. So
+ * the dot products can run on mma.sync.m16n8k16 (bf16 in, f32 accumulate);
+ * only the order and precision of the f32 accumulation differ from the
+ * CPU's double lanes (bound in docs/gpu.md). The epilogue is the CPU's:
+ * bf16(dot), relu, bf16(· w[h]), summed over the heads in order in f32,
+ * rounded to bf16.
+ *
+ * Tiling: a block (8 warps) per (64-key tile, query row). Shared memory holds
+ * the row's q for 64 heads and the tile's keys as bf16, d-chunks of 128
+ * (rows padded by 8 halves: the 8 rows x 4 pairs of a fragment load hit 32
+ * banks); warp w owns head tile w % 4 (16 heads) and the 4 n-tiles of 8 keys
+ * from 4 (w / 4) (32 keys). Fragments are read
+ * from shared memory as 32-bit bf16 pairs (no ldmatrix: a first version).
+ * After the d loop the warps write bf16(relu(bf16(acc))) * w rounded to
+ * bf16 into a [64 heads][64 keys] f32 tile (over the key buffer), and
+ * threads 0..63 add their key's column over the heads in order. More than 64
+ * heads: the head loop repeats and the running sums carry over. A row's
+ * keys: keys + (r % groups) * group_stride (decode: each sequence its own
+ * pool; groups 1 and stride 0: all rows share the keys). */
+#define IXF_KT 64  /* keys per block */
+#define IXF_HT 64  /* heads per pass */
+#define IXF_DC 128 /* d per chunk */
+#define IXF_LD (IXF_DC + 8)
+#define IXF_PLD (IXF_KT + 1) /* product tile row: fewer bank conflicts */
+
+__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__global__ void __launch_bounds__(256) index_scores_fast_kernel(const float *__restrict__ q, int heads, int d,
+                                                                const float *__restrict__ w,
+                                                                const float *__restrict__ keys, int64_t n,
+                                                                int groups, int64_t group_stride,
+                                                                float *__restrict__ score) {
+    __shared__ __align__(16) uint16_t qs[IXF_HT][IXF_LD];
+    __shared__ __align__(16) uint16_t ks[IXF_KT * IXF_LD > IXF_HT * IXF_PLD * 2 ? IXF_KT * IXF_LD : IXF_HT * IXF_PLD * 2];
+    float *pt = (float *)ks; /* [IXF_HT][IXF_PLD] after the dot products */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int64_t r = blockIdx.y, j0 = (int64_t)blockIdx.x * IXF_KT;
+    const float *qr = q + r * heads * (int64_t)d, *wr = w + r * heads;
+    const float *kb = keys + (r % groups) * group_stride;
+    const int mt = warp & 3, nt0 = (warp >> 2) * 4; /* 16 heads x 4 n-tiles of 8 keys */
+    const int fr = lane >> 2, fc = (lane & 3) * 2;
+    float run = 0.0f; /* thread t < IXF_KT: key j0 + t's running head sum */
+    for (int h0 = 0; h0 < heads; h0 += IXF_HT) {
+        float acc[4][4];
+#pragma unroll
+        for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+        for (int d0 = 0; d0 < d; d0 += IXF_DC) {
+            __syncthreads(); /* the previous chunk's (or epilogue's) reads are done */
+            for (int i = tid; i < IXF_HT * IXF_DC; i += 256) {
+                int h = i / IXF_DC, k = i % IXF_DC;
+                float v = (h0 + h < heads && d0 + k < d) ? qr[(int64_t)(h0 + h) * d + d0 + k] : 0.0f;
+                qs[h][k] = tide_dev_bf16_enc(v);
+            }
+            for (int i = tid; i < IXF_KT * IXF_DC; i += 256) {
+                int jj = i / IXF_DC, k = i % IXF_DC;
+                float v = (j0 + jj < n && d0 + k < d) ? kb[(j0 + jj) * d + d0 + k] : 0.0f;
+                ks[jj * IXF_LD + k] = tide_dev_bf16_enc(v);
+            }
+            __syncthreads();
+#pragma unroll 2
+            for (int kk = 0; kk < IXF_DC; kk += 16) {
+                uint32_t a[4];
+                const uint16_t *q0 = &qs[mt * 16 + fr][kk + fc], *q8 = &qs[mt * 16 + fr + 8][kk + fc];
+                a[0] = *(const uint32_t *)q0;
+                a[1] = *(const uint32_t *)q8;
+                a[2] = *(const uint32_t *)(q0 + 8);
+                a[3] = *(const uint32_t *)(q8 + 8);
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    const uint16_t *kp = &ks[((nt0 + t) * 8 + fr) * IXF_LD + kk + fc];
+                    uint32_t b[2] = {*(const uint32_t *)kp, *(const uint32_t *)(kp + 8)};
+                    mma_bf16_16816(acc[t], a, b);
+                }
+            }
+        }
+        __syncthreads(); /* every warp is done with ks: it becomes the product tile */
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int h = mt * 16 + fr + (e >= 2 ? 8 : 0), jj = (nt0 + t) * 8 + fc + (e & 1);
+                float v = bf16_round(acc[t][e]);
+                if (v < 0) v = 0;
+                float wh = h0 + h < heads ? wr[h0 + h] : 0.0f;
+                pt[h * IXF_PLD + jj] = bf16_round(__fmul_rn(v, wh));
+            }
+        __syncthreads();
+        if (tid < IXF_KT) {
+            int hn = heads - h0 < IXF_HT ? heads - h0 : IXF_HT;
+            for (int h = 0; h < hn; h++) run = __fadd_rn(run, pt[h * IXF_PLD + tid]);
+        }
+    }
+    if (tid < IXF_KT && j0 + tid < n) score[r * n + j0 + tid] = bf16_round(run);
+}
+
+extern "C" int tide_cuda_index_scores_fast(const float *q, int64_t rows, int heads, int64_t d, const float *w,
+                                           const float *keys, int64_t n, int groups, int64_t group_stride,
+                                           float *score, tide_cuda_stream stream, tide_status *st) {
+    if (rows < 0 || rows > 65535 || heads < 1 || heads > 4096 || d < 1 || d > 65536 || n < 0 ||
+        n > 0x7fffffffLL || groups < 1 || group_stride < 0)
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         "cuda index_scores_fast: bad shape rows=%lld (<= 65535) heads=%d d=%lld n=%lld groups=%d",
+                         (long long)rows, heads, (long long)d, (long long)n, groups);
+    if (rows == 0 || n == 0) return 0;
+    if (!q || !w || !keys || !score) return tide_fail(st, TIDE_ERR_INVALID, "cuda index_scores_fast: NULL pointer");
+    dim3 grid((unsigned)((n + IXF_KT - 1) / IXF_KT), (unsigned)rows);
+    index_scores_fast_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(q, heads, (int)d, w, keys, n, groups,
+                                                                     group_stride, score);
+    return tide_cuda_launched("index_scores_fast_kernel", st);
+}
+
 /* Unsigned order key: larger key = larger score; -0 maps as +0. */
 __device__ __forceinline__ uint32_t order_key(float s) {
     uint32_t u = __float_as_uint(s);

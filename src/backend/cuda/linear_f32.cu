@@ -20,7 +20,9 @@
  * x reads are broadcasts. Memory-bound at small batch: W is read once per
  * RB rows (RB = 1, 4 or 16 by the batch; more rows: more row blocks, which
  * run next to each other on the same W tile, so W comes from L2 again).
- * Grid: x = row blocks, y = ceil(out / 32) (<= 65535). */
+ * Grid: x = row blocks, y = ceil(out / 32) (<= 65535), z = groups (the
+ * grouped form: one launch for G independent products, e.g. wo_a's groups,
+ * which alone would fill only 32 blocks each at decode). */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -66,10 +68,14 @@ __device__ __forceinline__ float to_f32(float v) { return v; }
 template <class ACC, int RB, bool BF16W>
 __global__ void __launch_bounds__(LT)
     linear_kernel(const void *__restrict__ wv, const float *__restrict__ x, int64_t rows, int64_t out, int64_t in,
-                  int vec, int bf16_out, float *__restrict__ y) {
+                  int vec, int bf16_out, float *__restrict__ y, int64_t wgs, int64_t xgs, int64_t ygs) {
     using WT = wtile<BF16W>;
     using T = ltile<RB, BF16W>;
     extern __shared__ __align__(16) uint8_t smem[];
+    /* group blockIdx.z (grouped launches: one weight, input and output per group) */
+    wv = (const uint8_t *)wv + (int64_t)blockIdx.z * wgs * WT::ELEM;
+    x += (int64_t)blockIdx.z * xgs;
+    y += (int64_t)blockIdx.z * ygs;
     const int tid = threadIdx.x, ol = tid >> 2, l = tid & 3;
     const int64_t r0 = (int64_t)blockIdx.x * RB, o0 = (int64_t)blockIdx.y * OUTS;
     const int64_t whole = in - in % 4; /* the lanes' part; the rest goes to lane 0 */
@@ -169,49 +175,69 @@ __global__ void __launch_bounds__(LT)
     }
 }
 
+struct groups {
+    int64_t n, w, x, y; /* count and element strides */
+};
+
 template <class ACC, int RB, bool BF16W>
 int launch(const void *w, int64_t out, int64_t in, const float *x, int64_t rows, float *y, int vec, int bf16_out,
-           cudaStream_t stream, tide_status *st) {
+           groups g, cudaStream_t stream, tide_status *st) {
     using T = ltile<RB, BF16W>;
     int64_t gx = (rows + RB - 1) / RB, gy = (out + OUTS - 1) / OUTS;
-    if (gx > 0x7fffffffLL || gy > 65535)
+    if (gx > 0x7fffffffLL || gy > 65535 || g.n > 65535)
         return tide_fail(st, TIDE_ERR_INVALID, "cuda linear_f32: %lld x %lld output is too large for one launch",
                          (long long)rows, (long long)out);
     if (tide_cuda_check(cudaFuncSetAttribute(linear_kernel<ACC, RB, BF16W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              T::SMEM),
                         "raising the linear kernel's shared-memory limit", st) != 0)
         return -1;
-    linear_kernel<ACC, RB, BF16W><<<dim3((unsigned)gx, (unsigned)gy), LT, T::SMEM, stream>>>(w, x, rows, out, in, vec,
-                                                                                          bf16_out, y);
+    linear_kernel<ACC, RB, BF16W><<<dim3((unsigned)gx, (unsigned)gy, (unsigned)g.n), LT, T::SMEM, stream>>>(
+        w, x, rows, out, in, vec, bf16_out, y, g.w, g.x, g.y);
     return tide_cuda_launched("linear_f32 kernel", st);
 }
 
 template <class ACC, bool BF16W>
 int pick_rb(const void *w, int64_t out, int64_t in, const float *x, int64_t rows, float *y, int vec, int bf16_out,
-            cudaStream_t stream, tide_status *st) {
-    if (rows <= 1) return launch<ACC, 1, BF16W>(w, out, in, x, rows, y, vec, bf16_out, stream, st);
-    if (rows <= 4) return launch<ACC, 4, BF16W>(w, out, in, x, rows, y, vec, bf16_out, stream, st);
-    return launch<ACC, 16, BF16W>(w, out, in, x, rows, y, vec, bf16_out, stream, st);
+            groups g, cudaStream_t stream, tide_status *st) {
+    if (rows <= 1) return launch<ACC, 1, BF16W>(w, out, in, x, rows, y, vec, bf16_out, g, stream, st);
+    if (rows <= 4) return launch<ACC, 4, BF16W>(w, out, in, x, rows, y, vec, bf16_out, g, stream, st);
+    return launch<ACC, 16, BF16W>(w, out, in, x, rows, y, vec, bf16_out, g, stream, st);
+}
+
+int linear_any(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows, float *y, int flags,
+               groups g, cudaStream_t s, tide_status *st) {
+    if (rows < 0 || out < 1 || in < 1 || (w_bf16 != 0 && w_bf16 != 1) || g.n < 1 || g.w < 0 || g.x < 0 || g.y < 0 ||
+        (flags & ~(TIDE_CUDA_LIN_BF16_OUT | TIDE_CUDA_LIN_FAST)) != 0)
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         "cuda linear_f32: rows %lld, out %lld, in %lld, w_bf16 %d, flags %#x, groups %lld",
+                         (long long)rows, (long long)out, (long long)in, w_bf16, (unsigned)flags, (long long)g.n);
+    if (rows == 0) return 0;
+    if (!w || !x || !y) return tide_fail(st, TIDE_ERR_INVALID, "cuda linear_f32: NULL pointer");
+    const int el = w_bf16 ? 2 : 4;
+    if ((uintptr_t)w % (uintptr_t)el || (uintptr_t)x % 4 || (uintptr_t)y % 4)
+        return tide_fail(st, TIDE_ERR_INVALID, "cuda linear_f32: misaligned weight, input or output");
+    /* 16-byte copies when every group's weight and input rows start 16-byte aligned */
+    int vec = ((uintptr_t)w | (uintptr_t)x) % 16 == 0 && in % (w_bf16 ? 8 : 4) == 0 && (g.w * el) % 16 == 0 &&
+              (g.x * 4) % 16 == 0;
+    int bo = (flags & TIDE_CUDA_LIN_BF16_OUT) != 0;
+    if (flags & TIDE_CUDA_LIN_FAST)
+        return w_bf16 ? pick_rb<float, true>(w, out, in, x, rows, y, vec, bo, g, s, st)
+                      : pick_rb<float, false>(w, out, in, x, rows, y, vec, bo, g, s, st);
+    return w_bf16 ? pick_rb<double, true>(w, out, in, x, rows, y, vec, bo, g, s, st)
+                  : pick_rb<double, false>(w, out, in, x, rows, y, vec, bo, g, s, st);
 }
 
 } /* namespace */
 
 extern "C" int tide_cuda_linear_f32(const void *w, int w_bf16, int64_t out, int64_t in, const float *x, int64_t rows,
                                     float *y, int flags, tide_cuda_stream stream, tide_status *st) {
-    if (rows < 0 || out < 1 || in < 1 || (w_bf16 != 0 && w_bf16 != 1) ||
-        (flags & ~(TIDE_CUDA_LIN_BF16_OUT | TIDE_CUDA_LIN_FAST)) != 0)
-        return tide_fail(st, TIDE_ERR_INVALID, "cuda linear_f32: rows %lld, out %lld, in %lld, w_bf16 %d, flags %#x",
-                         (long long)rows, (long long)out, (long long)in, w_bf16, (unsigned)flags);
-    if (rows == 0) return 0;
-    if (!w || !x || !y) return tide_fail(st, TIDE_ERR_INVALID, "cuda linear_f32: NULL pointer");
-    if ((uintptr_t)w % (w_bf16 ? 2 : 4) || (uintptr_t)x % 4 || (uintptr_t)y % 4)
-        return tide_fail(st, TIDE_ERR_INVALID, "cuda linear_f32: misaligned weight, input or output");
-    int vec = ((uintptr_t)w | (uintptr_t)x) % 16 == 0 && in % (w_bf16 ? 8 : 4) == 0;
-    int bo = (flags & TIDE_CUDA_LIN_BF16_OUT) != 0;
-    cudaStream_t s = (cudaStream_t)stream;
-    if (flags & TIDE_CUDA_LIN_FAST)
-        return w_bf16 ? pick_rb<float, true>(w, out, in, x, rows, y, vec, bo, s, st)
-                      : pick_rb<float, false>(w, out, in, x, rows, y, vec, bo, s, st);
-    return w_bf16 ? pick_rb<double, true>(w, out, in, x, rows, y, vec, bo, s, st)
-                  : pick_rb<double, false>(w, out, in, x, rows, y, vec, bo, s, st);
+    return linear_any(w, w_bf16, out, in, x, rows, y, flags, groups{1, 0, 0, 0}, (cudaStream_t)stream, st);
+}
+
+extern "C" int tide_cuda_linear_f32_grouped(const void *w, int w_bf16, int64_t out, int64_t in, const float *x,
+                                            int64_t rows, float *y, int flags, int64_t n_groups, int64_t w_stride,
+                                            int64_t x_stride, int64_t y_stride, tide_cuda_stream stream,
+                                            tide_status *st) {
+    return linear_any(w, w_bf16, out, in, x, rows, y, flags, groups{n_groups, w_stride, x_stride, y_stride},
+                      (cudaStream_t)stream, st);
 }

@@ -17,6 +17,7 @@
 #define TIDE_DEV_F32_INF 0x7f800000u
 #define TIDE_DEV_F32_QNAN 0x7fc00000u
 #define TIDE_DEV_BITS_448 0x43e00000u
+#define TIDE_DEV_BITS_6 0x40c00000u
 
 /* bf16 bits of x, round-to-nearest-even; NaN stays NaN (sign and top
  * payload kept, made quiet), as tide_bf16_enc. */
@@ -71,6 +72,38 @@ __device__ __forceinline__ uint32_t tide_dev_e4m3_enc(float x) {
         code = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
     }
     return code | sign;
+}
+
+/* tide_e4m3_dec: the value of an e4m3fn code (0x7f / 0xff are NaN). */
+__device__ __forceinline__ float tide_dev_e4m3_dec(uint32_t c) {
+    uint32_t sign = (c & 0x80u) << 24, e = (c >> 3) & 15u, m = c & 7u;
+    uint32_t mag = e == 0 ? __float_as_uint(__fmul_rn((float)m, 0x1p-9f)) : (((e + 120u) << 23) | (m << 20));
+    if ((c & 0x7fu) == 0x7fu) mag = TIDE_DEV_F32_QNAN;
+    return __uint_as_float(mag | sign);
+}
+
+/* tide_e2m1_dec: the value of an e2m1 code (bit 3 the sign). */
+__device__ __forceinline__ float tide_dev_e2m1_dec(uint32_t c) {
+    uint32_t sign = (c & 8u) << 28, e = (c >> 1) & 3u, m = c & 1u;
+    uint32_t mag = e == 0 ? m * 0x3f000000u : (((e + 126u) << 23) | (m << 22));
+    return __uint_as_float(mag | sign);
+}
+
+/* tide_e2m1_round_clamped: |x| <= 6 (or NaN, which becomes 6 with its sign)
+ * rounded onto the e2m1 grid, ties to even. */
+__device__ __forceinline__ float tide_dev_e2m1_round_clamped(float x) {
+    uint32_t u = __float_as_uint(x), sign = u & 0x80000000u, a = u & TIDE_DEV_F32_ABS, r;
+    if (a > TIDE_DEV_F32_INF) r = 0x40c00000u;
+    else if (a < 0x3f800000u) r = __float_as_uint(__fsub_rn(__fadd_rn(__uint_as_float(a), 4194304.0f), 4194304.0f));
+    else r = (a + 0x1fffffu + ((a >> 22) & 1u)) & 0xffc00000u;
+    return __uint_as_float(r | sign);
+}
+
+/* tide_e2m1_enc_rounded: the e2m1 code of tide_dev_e2m1_round_clamped(x). */
+__device__ __forceinline__ uint32_t tide_dev_e2m1_enc(float x) {
+    uint32_t u = __float_as_uint(tide_dev_e2m1_round_clamped(x)), r = u & TIDE_DEV_F32_ABS;
+    uint32_t code = r > 0x3f7fffffu ? (r >> 22) - 252u : (uint32_t)(r == 0x3f000000u);
+    return code | ((u >> 28) & 8u);
 }
 
 /* Stores an mma accumulator pair (columns col, col + 1 of one output row yr
