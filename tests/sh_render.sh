@@ -111,8 +111,8 @@ sys.exit(1 if bad else 0)
 PY
 
 # Forcing the mode: --thinking on --effort max puts the effort line in front.
-echo '{"messages": [{"role": "user", "content": "hi"}]}' | "$tide" render --thinking on --effort max --format raw \
-  | tr -d '\0' | grep -qF "Reasoning Effort: 100 (range" || fail "--thinking on --effort max: no effort line"
+out=$(echo '{"messages": [{"role": "user", "content": "hi"}]}' | "$tide" render --thinking on --effort max --format raw)
+grep -qF "Reasoning Effort: 100 (range" <<<"$out" || fail "--thinking on --effort max: no effort line in '$out'"
 
 # Errors: line number and field; the -o file is left as it was.
 echo "keep" > "$work/out"
