@@ -28,12 +28,16 @@
 #include "cli/cli.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "text/render.h"
+#include "text/tokenizer.h"
 
 #define MAX_VARIANTS 16
 #define FULL (-1) /* a replay / tail length meaning "everything" */
 
 typedef struct {
-    const char *model;
+    const char *model, *text;
+    int32_t *text_ids; /* --text: the file's ids (BOS first) */
+    int64_t n_text;
     int prompts, len_lo, len_hi, hit, gen, threads;
     uint64_t seed;
     int n_replay, n_decoder;
@@ -72,16 +76,9 @@ static void usage(FILE *f) {
             "  --gen G            greedy tokens compared (default 8)\n"
             "  --layout WHICH     canonical, reference or both (default both)\n"
             "  --seed N           prompts (default 1)\n"
+            "  --text FILE        prompts from this text instead of random ids: consecutive\n"
+            "                     slices of its tokens (the model's tokenizer.json), BOS first\n"
             "  --threads N        worker threads (default 2)\n");
-}
-
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
 }
 
 static int parse_list(const char *s, int64_t *out, int *n) {
@@ -93,7 +90,7 @@ static int parse_list(const char *s, int64_t *out, int *n) {
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (*n == MAX_VARIANTS) return -1;
         if (!strcmp(t, "full")) out[(*n)++] = FULL;
-        else if (parse_int(t, 0, 1 << 30, &out[*n]) == 0) (*n)++;
+        else if (tide_cli_parse_i64(t, 0, 1 << 30, &out[*n]) == 0) (*n)++;
         else return -1;
     }
     return *n > 0 ? 0 : -1;
@@ -111,11 +108,12 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (!v) goto bad;
         i++;
         if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--prompts") && parse_int(v, 1, 100000, &x) == 0) o->prompts = (int)x;
-        else if (!strcmp(a, "--gen") && parse_int(v, 1, 4096, &x) == 0) o->gen = (int)x;
-        else if (!strcmp(a, "--threads") && parse_int(v, 1, 256, &x) == 0) o->threads = (int)x;
-        else if (!strcmp(a, "--seed") && parse_int(v, 0, INT64_MAX, &x) == 0) o->seed = (uint64_t)x;
-        else if (!strcmp(a, "--hit") && parse_int(v, 0, 1 << 30, &x) == 0) o->hit = (int)x;
+        else if (!strcmp(a, "--text")) o->text = v;
+        else if (!strcmp(a, "--prompts") && tide_cli_parse_i64(v, 1, 100000, &x) == 0) o->prompts = (int)x;
+        else if (!strcmp(a, "--gen") && tide_cli_parse_i64(v, 1, 4096, &x) == 0) o->gen = (int)x;
+        else if (!strcmp(a, "--threads") && tide_cli_parse_i64(v, 1, 256, &x) == 0) o->threads = (int)x;
+        else if (!strcmp(a, "--seed") && tide_cli_parse_i64(v, 0, INT64_MAX, &x) == 0) o->seed = (uint64_t)x;
+        else if (!strcmp(a, "--hit") && tide_cli_parse_i64(v, 0, 1 << 30, &x) == 0) o->hit = (int)x;
         else if (!strcmp(a, "--replay") && parse_list(v, o->replay, &o->n_replay) == 0) {
         } else if (!strcmp(a, "--decoder") && parse_list(v, o->decoder, &o->n_decoder) == 0) {
         } else if (!strcmp(a, "--layout") && !strcmp(v, "canonical")) o->modes = 1;
@@ -125,14 +123,15 @@ static int parse_args(int argc, char **argv, opts *o) {
             const char *colon = strchr(v, ':');
             char lo[32];
             if (!colon) {
-                if (parse_int(v, 2, 1 << 20, &x) != 0) goto bad_value;
+                if (tide_cli_parse_i64(v, 2, 1 << 20, &x) != 0) goto bad_value;
                 o->len_lo = o->len_hi = (int)x;
                 continue;
             }
             if ((size_t)(colon - v) >= sizeof lo) goto bad_value;
             memcpy(lo, v, (size_t)(colon - v));
             lo[colon - v] = 0;
-            if (parse_int(lo, 2, 1 << 20, &x) != 0 || parse_int(colon + 1, x, 1 << 20, &y) != 0) goto bad_value;
+            if (tide_cli_parse_i64(lo, 2, 1 << 20, &x) != 0 || tide_cli_parse_i64(colon + 1, x, 1 << 20, &y) != 0)
+                goto bad_value;
             o->len_lo = (int)x;
             o->len_hi = (int)y;
         } else goto bad_value;
@@ -259,9 +258,12 @@ static int study(const tide_model *m, const opts *o, int canonical, tide_status 
     int32_t *p = malloc((size_t)o->len_hi * sizeof(int32_t)), *dec = malloc((size_t)o->gen * sizeof(int32_t));
     int rc = want && got && p && dec ? 0 : tide_fail(st, TIDE_ERR_NOMEM, "bench replay: out of memory");
     uint64_t rng = o->seed * 0x2545f4914f6cdd1dull + 17;
+    int64_t text_off = 0;
     for (int i = 0; i < o->prompts && rc == 0; i++) {
         int64_t L = o->len_lo + (int64_t)(next_rand(&rng) % (uint64_t)(o->len_hi - o->len_lo + 1));
-        for (int64_t t = 0; t < L; t++) {
+        for (int64_t t = 0; t < L && o->text_ids; t++) /* the next slice of the text, BOS first */
+            p[t] = t == 0 ? o->text_ids[0] : o->text_ids[1 + (text_off++ % (o->n_text - 1))];
+        for (int64_t t = 0; t < L && !o->text_ids; t++) {
             do p[t] = (int32_t)(next_rand(&rng) % (uint64_t)V);
             while (p[t] == m->cfg.image_token_id);
         }
@@ -309,6 +311,32 @@ static int study(const tide_model *m, const opts *o, int canonical, tide_status 
     return rc;
 }
 
+/* --text: the file's tokens through MODEL/tokenizer.json, BOS first. */
+static int text_prompts(opts *o, tide_status *st) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", o->model);
+    tide_tokenizer *tok = NULL;
+    size_t len = 0;
+    char *text = NULL;
+    tide_tok_ids ids = {0};
+    int rc = tide_tokenizer_load(path, &tok, st);
+    int32_t bos = rc == 0 ? tide_tokenizer_token_id(tok, TIDE_TOK_BOS, strlen(TIDE_TOK_BOS)) : -1;
+    if (rc == 0 && bos < 0) rc = tide_fail(st, TIDE_ERR_INVALID, "%s has no %s token", path, TIDE_TOK_BOS);
+    if (rc == 0 && tide_tok_ids_push(&ids, bos, st) != 0) rc = -1;
+    if (rc == 0 && !(text = tide_cli_read_file(o->text, &len, st))) rc = -1;
+    if (rc == 0) rc = tide_tokenizer_encode(tok, text, len, 0, NULL, &ids, st);
+    if (rc == 0 && ids.n < 2) rc = tide_fail(st, TIDE_ERR_INVALID, "%s holds no tokens", o->text);
+    free(text);
+    tide_tokenizer_free(tok);
+    if (rc != 0) {
+        tide_tok_ids_free(&ids);
+        return -1;
+    }
+    o->text_ids = ids.ids;
+    o->n_text = (int64_t)ids.n;
+    return 0;
+}
+
 int tide_bench_replay(int argc, char **argv) {
     opts o;
     int a = parse_args(argc, argv, &o);
@@ -322,6 +350,12 @@ int tide_bench_replay(int argc, char **argv) {
         fprintf(stderr, "tide bench replay: %s\n", st.msg);
         return TIDE_EXIT_FAIL;
     }
+    if (o.text && text_prompts(&o, &st) != 0) {
+        fprintf(stderr, "tide bench replay: --text: %s\n", st.msg);
+        tide_model_free(m);
+        return TIDE_EXIT_FAIL;
+    }
+    if (o.text) printf("# prompts: consecutive slices of %s (%lld tokens)\n", o.text, (long long)o.n_text);
     printf("# model %s, %d prompts of %d..%d tokens, hit %s, %d greedy tokens, window %lld, seed %llu\n", o.model,
            o.prompts, o.len_lo, o.len_hi, o.hit < 0 ? "L-1" : "as given", o.gen,
            (long long)m->cfg.text.sliding_window, (unsigned long long)o.seed);
@@ -331,6 +365,7 @@ int tide_bench_replay(int argc, char **argv) {
     for (int canonical = 1; canonical >= 0 && rc == 0; canonical--)
         if (o.modes & (canonical ? 1 : 2)) rc = study(m, &o, canonical, &st);
     if (rc != 0) fprintf(stderr, "tide bench replay: %s\n", st.msg);
+    free(o.text_ids);
     tide_model_free(m);
     return rc == 0 ? TIDE_EXIT_OK : TIDE_EXIT_FAIL;
 }

@@ -3,6 +3,11 @@
 #ifndef TIDE_CLI_CLI_H
 #define TIDE_CLI_CLI_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
 int tide_cmd_synth(int argc, char **argv);
 int tide_cmd_inspect(int argc, char **argv);
 int tide_cmd_run(int argc, char **argv);
@@ -12,6 +17,16 @@ int tide_cmd_bench(int argc, char **argv);
 int tide_cmd_kv(int argc, char **argv); /* cmd_kv.c */
 int tide_cmd_serve(int argc, char **argv);
 int tide_cmd_route(int argc, char **argv); /* cmd_route.c */
+int tide_cmd_render(int argc, char **argv); /* cmd_render.c */
+int tide_cmd_eval(int argc, char **argv);   /* cmd_eval.c */
+
+/* An integer option's value: all of s a decimal integer in [lo, hi];
+ * 0, or -1 (nothing written). */
+int tide_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out); /* cmd_bench.c */
+
+/* The whole of path ('-' = stdin), NUL-terminated (malloc'd; *len without
+ * the NUL); NULL with the reason in st. */
+char *tide_cli_read_file(const char *path, size_t *len, tide_status *st); /* cmd_eval.c */
 
 /* Exit codes shared by all subcommands. */
 enum { TIDE_EXIT_OK = 0, TIDE_EXIT_FAIL = 1, TIDE_EXIT_USAGE = 2 };

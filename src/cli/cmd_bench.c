@@ -80,7 +80,7 @@ int tide_cmd_bench(int argc, char **argv) {
 
 /* ---- option parsing ---- */
 
-static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+int tide_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
     errno = 0;
     if (!s || !*s) return -1;
@@ -94,7 +94,7 @@ static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
 static int parse_range(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     const char *dash = strchr(s, '-');
     if (!dash) {
-        if (parse_i64(s, lo, hi, &out[0]) != 0) return -1;
+        if (tide_cli_parse_i64(s, lo, hi, &out[0]) != 0) return -1;
         out[1] = out[0];
         return 0;
     }
@@ -103,7 +103,7 @@ static int parse_range(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     if (n == 0 || n >= sizeof a) return -1;
     memcpy(a, s, n);
     a[n] = 0;
-    if (parse_i64(a, lo, hi, &out[0]) != 0 || parse_i64(dash + 1, lo, hi, &out[1]) != 0) return -1;
+    if (tide_cli_parse_i64(a, lo, hi, &out[0]) != 0 || tide_cli_parse_i64(dash + 1, lo, hi, &out[1]) != 0) return -1;
     return out[0] <= out[1] ? 0 : -1;
 }
 
@@ -117,7 +117,7 @@ static int parse_list(const char *s, int64_t lo, int64_t hi, bench_list *l) {
         if (n == 0 || n >= sizeof item || l->n == BENCH_LIST_MAX) return -1;
         memcpy(item, p, n);
         item[n] = 0;
-        if (parse_i64(item, lo, hi, &l->v[l->n++]) != 0) return -1;
+        if (tide_cli_parse_i64(item, lo, hi, &l->v[l->n++]) != 0) return -1;
         if (!comma) return 0;
         p = comma + 1;
     }
@@ -137,7 +137,7 @@ int tide_bench_usage_error(const char *mode, void (*usage_fn)(FILE *), const cha
 static int take_value(const char *mode, const bench_opt *o, const char *v, void (*usage_fn)(FILE *)) {
     switch (o->kind) {
     case BENCH_INT:
-        if (parse_i64(v, o->lo, o->hi, o->dst) == 0) return 0;
+        if (tide_cli_parse_i64(v, o->lo, o->hi, o->dst) == 0) return 0;
         return tide_bench_usage_error(mode, usage_fn, "%s: '%s' is not an integer in %lld..%lld", o->flag, v,
                                       (long long)o->lo, (long long)o->hi);
     case BENCH_RANGE:

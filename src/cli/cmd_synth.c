@@ -12,6 +12,8 @@
 #include "cli/cli.h"
 #include "model/config.h"
 #include "model/synth.h"
+#include "text/render.h"
+#include "text/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -36,6 +38,9 @@ static void usage(FILE *f) {
             "                     else the build's stand-in tokenizer if it exists; with\n"
             "                     neither, the checkpoint is written without one and a\n"
             "                     warning is printed)\n"
+            "  --vocab N          the model's vocabulary size (default: the shape's, 129280); the\n"
+            "                     tokenizer must have at most N ids (tools/make_mini_standin_tokenizer.py\n"
+            "                     writes a 16K one)\n"
             "  --no-tokenizer     write no tokenizer.json; the config then records that the\n"
             "                     engram layers use tide's synthetic token map\n"
             "  --no-vision        the reference's text-only layout: no vision_config, no\n"
@@ -43,6 +48,11 @@ static void usage(FILE *f) {
             "  --dry-run          print the tensor count and size, write nothing\n"
             "  -q, --quiet        no progress on stderr\n"
             "  -h, --help         this text\n"
+            "\n"
+            "With a tokenizer, the special ids come from it, found by their text: BOS and EOS\n"
+            "(generation_config.json), the image placeholder (image_token_id) and <\xef\xbd\x9cSystem\xef\xbd\x9c>\n"
+            "(dspark_noise_token_id, as in the release); with the V4.1 tokenizer they are the\n"
+            "release's ids.\n"
             "\n"
             "Exit status: 0 written, 1 failed (message on stderr), 2 bad usage.\n");
 }
@@ -67,11 +77,41 @@ static const char *default_tokenizer(void) {
     return NULL;
 }
 
+/* The special ids of the checkpoint from its tokenizer, by their text (the
+ * one source of truth: a checkpoint with its own tokenizer, tide-mini's
+ * 16K one, has its own ids). A token the tokenizer lacks keeps the shape's
+ * id, which the config check then refuses if it is outside the vocabulary. */
+static int ids_from_tokenizer(const char *path, int64_t vocab, tide_config *cfg, tide_synth_opts *o,
+                              tide_status *st) {
+    tide_tokenizer *tok;
+    if (tide_tokenizer_load(path, &tok, st) != 0) return -1;
+    int rc = 0;
+    uint32_t n = tide_tokenizer_n_ids(tok);
+    if (vocab > 0) cfg->text.vocab_size = vocab;
+    if ((int64_t)n > cfg->text.vocab_size) {
+        rc = tide_fail(st, TIDE_ERR_INVALID, "the tokenizer %s has %u ids, more than the vocabulary size %lld%s", path,
+                       n, (long long)cfg->text.vocab_size, vocab > 0 ? "" : " (give --vocab N)");
+    } else {
+        int32_t bos = tide_tokenizer_token_id(tok, TIDE_TOK_BOS, strlen(TIDE_TOK_BOS));
+        int32_t eos = tide_tokenizer_token_id(tok, TIDE_TOK_EOS, strlen(TIDE_TOK_EOS));
+        int32_t sys = tide_tokenizer_token_id(tok, TIDE_TOK_SYSTEM, strlen(TIDE_TOK_SYSTEM));
+        int32_t img = tide_tokenizer_token_id(tok, TIDE_CONV_IMAGE_PLACEHOLDER, strlen(TIDE_CONV_IMAGE_PLACEHOLDER));
+        o->has_ids = 1;
+        o->bos_id = bos >= 0 ? bos : 0;
+        o->eos_id = eos >= 0 ? eos : 1;
+        if (sys >= 0) cfg->text.dspark_noise_token_id = sys;
+        if (img >= 0 && cfg->image_token_id >= 0) cfg->image_token_id = img;
+    }
+    tide_tokenizer_free(tok);
+    return rc;
+}
+
 int tide_cmd_synth(int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     tide_synth_opts o = {.seed = 1, .progress = 1, .threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu};
     const char *tok = NULL;
     int no_tok = 0, no_vision = 0;
+    int64_t vocab = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -92,6 +132,12 @@ int tide_cmd_synth(int argc, char **argv) {
                 return TIDE_EXIT_USAGE;
             }
             o.seed = n, i++;
+        } else if (!strcmp(a, "--vocab") && v) {
+            if (parse_u64(v, &n) || n < 16 || n > ((uint64_t)1 << 31) - 1) {
+                fprintf(stderr, "tide synth: --vocab wants an integer in 16..2^31-1, got '%s'\n", v);
+                return TIDE_EXIT_USAGE;
+            }
+            vocab = (int64_t)n, i++;
         } else if ((!strcmp(a, "--layers") || !strcmp(a, "--shards") || !strcmp(a, "--threads")) && v) {
             if (parse_u64(v, &n) || n < 1 || n > 100000) {
                 fprintf(stderr, "tide synth: %s wants a positive integer, got '%s'\n", a, v);
@@ -133,6 +179,14 @@ int tide_cmd_synth(int argc, char **argv) {
             fprintf(stderr, "tide synth: warning: no tokenizer (give --tokenizer FILE or set TIDE_TOKENIZER); "
                             "writing the checkpoint without tokenizer.json (its engram layers will use "
                             "tide's synthetic token map, not a real tokenizer's)\n");
+    }
+    if (vocab && !o.tokenizer) {
+        fprintf(stderr, "tide synth: --vocab needs a tokenizer (--tokenizer FILE): the special ids come from it\n");
+        return TIDE_EXIT_USAGE;
+    }
+    if (o.tokenizer && ids_from_tokenizer(o.tokenizer, vocab, &cfg, &o, &st) != 0) {
+        fprintf(stderr, "tide synth: %s\n", st.msg);
+        return TIDE_EXIT_FAIL;
     }
     tide_synth_report rep;
     double t0 = tide_now_seconds();

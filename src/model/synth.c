@@ -345,8 +345,15 @@ int tide_synth_write(const tide_config *cfg_in, const tide_synth_opts *o, tide_s
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->out_dir);
     if (tide_config_write_json(cfg, path, st)) goto out;
-    static const int32_t eos = 1; /* the release's ids: BOS 0, EOS 1 (spec section 1) */
-    if (tide_gen_config_write(o->out_dir, 0, &eos, 1, st)) goto out;
+    /* The tokenizer's ids when the caller looked them up, else the
+     * release's: BOS 0, EOS 1 (spec section 1). */
+    int32_t bos = o->has_ids ? o->bos_id : 0, eos = o->has_ids ? o->eos_id : 1;
+    if (bos < 0 || bos >= cfg->text.vocab_size || eos < 0 || eos >= cfg->text.vocab_size) {
+        tide_fail(st, TIDE_ERR_INVALID, "synth: BOS %d / EOS %d outside the vocabulary (%lld)", (int)bos, (int)eos,
+                  (long long)cfg->text.vocab_size);
+        goto out;
+    }
+    if (tide_gen_config_write(o->out_dir, bos, &eos, 1, st)) goto out;
     if (o->tokenizer) {
         if (copy_tokenizer(o->tokenizer, o->out_dir, st)) goto out;
         rep->wrote_tokenizer = 1;

@@ -28,6 +28,9 @@ typedef struct tide_synth_opts {
     const char *tokenizer; /* tokenizer.json to copy, or NULL for none; with one, the
                             * config's engram_compressed_vocab_size is set to the size
                             * of this tokenizer's compressed (engram) vocabulary */
+    int has_ids;           /* 1: generation_config.json gets bos_id / eos_id (the tokenizer's);
+                            * 0: the release's ids, BOS 0 and EOS 1 */
+    int32_t bos_id, eos_id;
     int dry_run;           /* compute the manifest and sizes, write nothing */
     int progress;          /* report progress on stderr (tide_progress) */
     int threads;           /* threads that generate and quantise (<= 1: the caller only);

@@ -96,6 +96,11 @@ int tide_conv_add(tide_conv *c, tide_role role, const char *content, size_t n, t
     return 0;
 }
 
+void tide_conv_pop(tide_conv *c) {
+    if (c->n_msgs == 0) return;
+    free_msg(&c->msgs[--c->n_msgs]);
+}
+
 static tide_msg *last_of(tide_conv *c, tide_role role, const char *what, tide_status *st) {
     if (c->n_msgs == 0 || c->msgs[c->n_msgs - 1].role != role) {
         tide_fail(st, TIDE_ERR_INTERNAL, "%s needs a preceding message of the right role", what);

@@ -76,6 +76,8 @@ void tide_conv_free(tide_conv *c);
 
 /* Appends a message with a copy of `content` (n bytes). */
 int tide_conv_add(tide_conv *c, tide_role role, const char *content, size_t n, tide_status *st);
+/* Removes the last message (no-op when there is none). */
+void tide_conv_pop(tide_conv *c);
 /* Sets the reasoning of the last message, which must be an assistant's. */
 int tide_conv_set_reasoning(tide_conv *c, const char *text, size_t n, tide_status *st);
 /* Appends a tool call to the last message, which must be an assistant's. */
