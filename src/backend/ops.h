@@ -33,6 +33,7 @@
 
 #include <stdint.h>
 
+#include "base/status.h"
 #include "base/threadpool.h"
 
 typedef enum tide_wtype {
@@ -146,6 +147,12 @@ struct tide_ops {
     /* One compressor group: out[d] = bf16(sum_i kv[i][d] * softmax_i(score[.][d]))
      * over the group's r tokens, f32 (kv, score: [r][dim]). */
     void (*compress_pool)(const tide_ops *self, const float *kv, const float *score, int r, int64_t dim, float *out);
+
+    /* The ops return void: a backend that can fail (the CUDA table) records
+     * its first error (sticky) and reports it here: 0, or -1 with it. The
+     * engine asks after every forward pass and fails the pass's requests
+     * (engine.c run_forward). NULL: the backend cannot fail (the CPU). */
+    int (*error)(const tide_ops *self, tide_status *st);
 };
 
 /* The CPU backend (reference semantics, threaded over the pool). */

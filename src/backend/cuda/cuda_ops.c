@@ -614,6 +614,10 @@ static void cu_compress_pool(const tide_ops *self, const float *kv, const float 
     leave(cx);
 }
 
+static int cu_error(const tide_ops *self, tide_status *st) {
+    return tide_cuda_ops_error(self->ctx, st) != 0 ? tide_fail_ctx(st, "--backend cuda") : 0;
+}
+
 /* The template of every context's table (ctx filled in by create). */
 static const tide_ops cuda_table = {
     .name = "cuda",
@@ -631,6 +635,7 @@ static const tide_ops cuda_table = {
     .engram_mix = cu_engram_mix,
     .moe_route = cu_moe_route,
     .compress_pool = cu_compress_pool,
+    .error = cu_error,
 };
 
 /* ---- the context ---- */
