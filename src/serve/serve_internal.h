@@ -72,6 +72,7 @@ struct serve_job {
     tide_api_req req;      /* parsed on the HTTP thread; handed to tide_gen_submit */
     tide_gen_id gid;       /* the session, once submitted */
     char id[48];
+    int64_t seq;           /* unique in the server (the disconnect watcher's key) */
     double t_arrive, t_first, t_last; /* monotonic seconds; t_* on the engine thread */
     /* under mu */
     tide_sb buf;           /* SSE bytes, or the whole response body */
@@ -120,6 +121,11 @@ struct tide_server {
     int64_t n_jobs;        /* accepted and not yet done */
     int64_t id_seq;
     serve_metrics metrics;
+    /* The disconnect watcher (serve_http.c): an epoll set of the sockets of
+     * connections with a job, and an eventfd that stops its thread. */
+    int watch_ep, watch_stop;
+    pthread_t watcher;
+    int watcher_on;
 };
 
 double serve_now(void);

@@ -151,6 +151,7 @@ int serve_job_new(tide_server *srv, serve_api api, const char *body, size_t len,
     pthread_mutex_lock(&srv->mu);
     int64_t seq = ++srv->id_seq;
     pthread_mutex_unlock(&srv->mu);
+    j->seq = seq;
     snprintf(j->id, sizeof j->id, "%s%08" PRIx64 "%08" PRIx64, id_prefix(api), (uint64_t)seq,
              (uint64_t)(j->t_arrive * 1e6));
     *out = j;
