@@ -72,6 +72,8 @@ typedef struct tide_gen {
     int ignore_eos;            /* do not stop at the model's end ids (extension) */
     int32_t *stop_token_ids;   /* owned; extra ids that end generation (extension) */
     size_t n_stop_token_ids;
+    int kv_class;              /* "kv_class": "chat" | "agent" (extension, every API): how long the
+                                * persistent KV store keeps the pages (TIDE_KV_CLASS_*; 0 unset) */
 } tide_gen;
 
 #define TIDE_GEN_MAX_N 16

@@ -162,6 +162,7 @@ typedef struct tide_gen_input {
     const char *response_id;
     int64_t created;
     uint64_t cache_salt;      /* prefix-cache isolation (tide_request.cache_salt) */
+    int kv_class;             /* persistent KV store class (tide_request.kv_class); 0: req->gen.kv_class */
     tide_gen_sink sink;
 } tide_gen_input;
 

@@ -138,6 +138,7 @@ int tide_gen_session_new(tide_gen_engine *g, const tide_gen_input *in, gen_sessi
     s->kind_stream = gen->stream;
     s->n = gen->n;
     s->cache_salt = in->cache_salt;
+    s->kv_class = in->kv_class ? in->kv_class : gen->kv_class;
     tide_tok_ids ids = {0};
     int in_reasoning = 0, rc = -1;
     if (!(s->ch = calloc((size_t)s->n, sizeof *s->ch))) {
@@ -198,6 +199,7 @@ int tide_gen_session_submit(gen_session *s, tide_status *st) {
         r.sampling.seed = s->sp.seed + (uint64_t)i; /* n > 1: a seed per choice */
         r.has_seed = s->has_seed;
         r.cache_salt = s->cache_salt;
+        r.kv_class = s->kv_class;
         r.user = &s->ch[i];
         if (tide_engine_submit(s->g->e, &r, &s->ch[i].rid, st) != 0) {
             for (int k = 0; k < i; k++) { /* nothing half-queued */

@@ -45,6 +45,7 @@ struct gen_session {
     int32_t *stop_ids;
     int has_seed;
     uint64_t cache_salt;
+    int kv_class;
     int last_finished;      /* index of the choice that finished last */
 };
 

@@ -24,6 +24,8 @@ typedef struct tide_kv_page {
     uint64_t chain;        /* the prefix cache's chain hash of the page (prefix.h) */
     float *data;           /* [n_floats]: put reads it, get fills it */
     int64_t n_floats;
+    int klass;             /* put: the store class (TIDE_KV_CHAT / TIDE_KV_AGENT, kvstore.h) of the
+                            * request's pages, or -1: the tier's default */
 } tide_kv_page;
 
 typedef struct tide_kv_tier {

@@ -19,6 +19,7 @@
 typedef struct hpage { /* a page in the host LRU or the write queue */
     tide_kvs_key key;
     uint64_t chain, bytes;
+    int klass;                 /* TIDE_KV_CHAT ..., or -1: the tiers' own */
     void *data;
     struct hpage *next, *prev; /* LRU (most recent at head) or queue order */
     struct hpage *chain_next;  /* host hash bucket */
@@ -106,7 +107,9 @@ static void host_keep(tide_kvtiers *t, hpage *p) {
 static void write_page(tide_kvtiers *t, hpage *p) {
     for (int i = 0; i < t->cfg.n_stores; i++) {
         tide_status st = {0};
-        if (tide_kvstore_put(t->cfg.stores[i], p->key, p->chain, p->data, p->bytes, t->cfg.klass, t->cfg.ttl_s, &st) != 0) {
+        int own = p->klass < 0; /* a request's class has its class's TTL */
+        if (tide_kvstore_put(t->cfg.stores[i], p->key, p->chain, p->data, p->bytes, own ? t->cfg.klass : p->klass,
+                             own ? t->cfg.ttl_s : 0, &st) != 0) {
             t->stats.write_errors++; /* this tier is full or down: the next one still gets the page */
             tide_log(TIDE_LOG_WARN, "kv tiers: store %d: %s", i, st.msg);
         } else t->stats.written++;
@@ -180,6 +183,7 @@ static void put_hook(void *ctx, const tide_kv_page *pg) {
     p->key = tide_kv_page_key(t->cfg.fingerprint, pg->salt, pg->tokens, pg->n_tokens);
     p->chain = pg->chain;
     p->bytes = bytes;
+    p->klass = pg->klass >= 0 && pg->klass < TIDE_KV_CLASSES ? pg->klass : -1;
     memcpy(p->data, pg->data, bytes);
     if (t->q_tail) t->q_tail->next = p;
     else t->q_head = p;
@@ -282,6 +286,10 @@ void tide_kvtiers_get_stats(tide_kvtiers *t, tide_kvtiers_stats *out) {
     *out = t->stats;
     out->host_bytes = (int64_t)t->host_used;
     pthread_mutex_unlock(&t->mu);
+}
+
+tide_kvstore *tide_kvtiers_store(const tide_kvtiers *t, int i) {
+    return t && i >= 0 && i < t->cfg.n_stores ? t->cfg.stores[i] : NULL;
 }
 
 /* ---- the model's fingerprint ---------------------------------------------- */

@@ -3,6 +3,8 @@
  * local SSD tier, then the shared store: kvstore.h). Implements the
  * scheduler's tide_kv_tier (kv_tier.h):
  *   - put copies the page into a write queue and returns; a writer thread
+ *     (the page's traffic class is its request's, tide_request.kv_class,
+ *     else the tiers' klass);
  *     writes it to every store (a store that fails, a full disk or a node
  *     gone, is skipped: the others still get the page; serving goes on),
  *     then keeps it in the host LRU. A full queue drops the page (counted):
@@ -48,6 +50,8 @@ void tide_kvtiers_flush(tide_kvtiers *t);
 /* The hooks for tide_engine_config.kv_tier (valid while t lives). */
 const tide_kv_tier *tide_kvtiers_hooks(tide_kvtiers *t);
 void tide_kvtiers_get_stats(tide_kvtiers *t, tide_kvtiers_stats *out);
+/* Store i of the lookup order (NULL beyond), for its own statistics. */
+tide_kvstore *tide_kvtiers_store(const tide_kvtiers *t, int i);
 
 /* The store key of a page (see above). */
 tide_kvs_key tide_kv_page_key(uint64_t fingerprint, uint64_t salt, const int32_t *tokens, int64_t n_tokens);

@@ -12,6 +12,7 @@
 
 #include "cli/backend.h"
 #include "cli/cli.h"
+#include "cli/kv_cli.h"
 #include "serve/serve.h"
 
 static void usage(FILE *f) {
@@ -31,9 +32,10 @@ static void usage(FILE *f) {
             "                       exact kernels, staged through the host: docs/gpu.md)\n"
             "  --host ADDR          IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
             "  --port N             TCP port (default 8000; 0 = any free port, printed)\n"
-            "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
-            "                       on /v1/*, /tokenize, /detokenize (default: $TIDE_API_KEY,\n"
-            "                       else no auth)\n"
+            "  --api-key KEY[:CLASS]  require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
+            "                       on /v1/*, /tokenize, /detokenize; repeat for several keys;\n"
+            "                       CLASS chat|agent: the KV store class of the key's requests\n"
+            "                       (default: $TIDE_API_KEY, a comma-separated list, else no auth)\n"
             "  --served-model-name NAME  the model id in /v1/models (default: DIR's name)\n"
             "  --tokenizer FILE     tokenizer.json (default DIR/tokenizer.json)\n"
             "  --max-body BYTES     request body limit, 413 beyond (default 33554432)\n"
@@ -48,12 +50,17 @@ static void usage(FILE *f) {
             "  --step-tokens N      token budget of one engine step (default 512)\n"
             "  --seed N             engine seed for requests without one (default 0)\n"
             "  --no-prefix-cache    do not reuse the KV of earlier requests' prompt pages\n");
+    kv_run_help(f);
+    fprintf(f, "  (a request's \"kv_class\": \"chat\"|\"agent\" field picks its pages' class; else its\n"
+               "  API key's, else --kv-class)\n");
 }
 
 typedef struct serve_opts {
     tide_serve_config cfg;
     const char *backend;
     double drain_s;
+    kv_run_opts kv;  /* the persistent KV store's flags (kv_run.c) */
+    char keys[4096]; /* --api-key, repeated: "KEY[:CLASS],..." */
 } serve_opts;
 
 static int num(const char *flag, const char *v, double lo, double hi, double *out) {
@@ -80,6 +87,12 @@ static int parse(int argc, char **argv, serve_opts *o) {
             c->engine.prefix_cache = 0;
             continue;
         }
+        int kn = kv_run_flag(&o->kv, a, v);
+        if (kn < 0) return -1;
+        if (kn == 2) {
+            i++;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "tide serve: unknown option '%s' or missing value\n", a);
             return -1;
@@ -88,7 +101,15 @@ static int parse(int argc, char **argv, serve_opts *o) {
         if (!strcmp(a, "--model")) c->engine.model_dir = v;
         else if (!strcmp(a, "--backend")) o->backend = v;
         else if (!strcmp(a, "--host")) c->host = v;
-        else if (!strcmp(a, "--api-key")) c->api_key = v;
+        else if (!strcmp(a, "--api-key")) {
+            size_t l = strlen(o->keys);
+            if (!*v || strchr(v, ',') || l + strlen(v) + 2 > sizeof o->keys) {
+                fprintf(stderr, "tide serve: --api-key '%s': empty, holds a comma, or the keys are too long\n", v);
+                return -1;
+            }
+            snprintf(o->keys + l, sizeof o->keys - l, "%s%s", l ? "," : "", v);
+            c->api_key = o->keys;
+        }
         else if (!strcmp(a, "--served-model-name")) c->model_name = v;
         else if (!strcmp(a, "--tokenizer")) c->tokenizer = v;
         else if (!strcmp(a, "--port")) {
@@ -164,10 +185,14 @@ int tide_cmd_serve(int argc, char **argv) {
     }
     tide_status st = {0};
     tide_cli_backend be;
-    if (tide_cli_backend_parse(&be, o.backend, NULL, &st) != 0 || tide_cli_backend_open(&be, &o.cfg.engine, &st) != 0) {
+    kv_run *kv = NULL;
+    if (tide_cli_backend_parse(&be, o.backend, NULL, &st) != 0 || tide_cli_backend_open(&be, &o.cfg.engine, &st) != 0 ||
+        kv_run_open(&o.kv, &o.cfg.engine, &kv, &st) != 0) {
         fprintf(stderr, "tide serve: %s\n", st.msg);
+        tide_cli_backend_close(&be);
         return TIDE_EXIT_FAIL;
     }
+    o.cfg.kv_tiers = kv_run_tiers(kv);
     /* Every thread the server starts inherits this mask, so the signals
      * reach only the sigwait below. */
     sigset_t set;
@@ -179,6 +204,7 @@ int tide_cmd_serve(int argc, char **argv) {
     tide_server *s;
     if (tide_server_start(&o.cfg, &s, &st) != 0) {
         fprintf(stderr, "tide serve: %s\n", st.msg);
+        kv_run_close(kv);
         tide_cli_backend_close(&be);
         return TIDE_EXIT_FAIL;
     }
@@ -186,6 +212,7 @@ int tide_cmd_serve(int argc, char **argv) {
     if (tide_server_wait_ready(s, &st) != 0) {
         fprintf(stderr, "tide serve: %s\n", st.msg);
         tide_server_stop(s);
+        kv_run_close(kv);
         tide_cli_backend_close(&be);
         return TIDE_EXIT_FAIL;
     }
@@ -197,6 +224,7 @@ int tide_cmd_serve(int argc, char **argv) {
     sigwait(&set, &sig);
     fprintf(stderr, "tide serve: %s: draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     drain_and_stop(s, o.drain_s);
+    kv_run_close(kv); /* writes what is queued */
     tide_cli_backend_close(&be);
     fprintf(stderr, "tide serve: stopped\n");
     return TIDE_EXIT_OK;

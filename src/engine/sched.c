@@ -267,7 +267,7 @@ static void tier_put(tide_sched *s, const tide_req *q, int64_t i, int32_t pg) {
     for (int j = 0; j < x->bpp; j++)
         memcpy(x->tier_buf + j * per, kv->blocks[x->blocks[(int64_t)pg * x->bpp + j]], (size_t)per * sizeof(float));
     tide_kv_page p = {q->salt, q->tokens, (i + 1) * x->page_tokens, x->page_tokens, x->pc.hash[pg], x->tier_buf,
-                      x->tier_floats};
+                      x->tier_floats, q->kv_class - 1 /* TIDE_KV_CLASS_X - 1 = TIDE_KV_X (request.c) */};
     s->cfg.tier->put(s->cfg.tier->ctx, &p);
     x->tier_stored++;
 }
@@ -315,7 +315,7 @@ static void tier_fetch(tide_sched *s, tide_req *q) {
     for (int64_t i = 0; i < h; i++) chain = tide_prefix_page_hash(chain, q->tokens + i * P, (int32_t)P);
     for (got = h; got < maxp; got++) {
         uint64_t next = tide_prefix_page_hash(chain, q->tokens + (int64_t)got * P, (int32_t)P);
-        tide_kv_page p = {q->salt, q->tokens, (int64_t)(got + 1) * P, P, next, x->tier_buf, x->tier_floats};
+        tide_kv_page p = {q->salt, q->tokens, (int64_t)(got + 1) * P, P, next, x->tier_buf, x->tier_floats, -1};
         if (!s->cfg.tier->get(s->cfg.tier->ctx, &p) || tier_promote(s, &q->pages[got]) != 0) break;
         chain = next;
     }

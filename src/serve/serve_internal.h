@@ -73,6 +73,7 @@ struct serve_job {
     tide_gen_id gid;       /* the session, once submitted */
     char id[48];
     int64_t seq;           /* unique in the server (the disconnect watcher's key) */
+    int key_class;         /* the API key's KV class (TIDE_KV_CLASS_*), 0 none */
     double t_arrive, t_first, t_last; /* monotonic seconds; t_* on the engine thread */
     /* under mu */
     tide_sb buf;           /* SSE bytes, or the whole response body */
@@ -106,6 +107,11 @@ void serve_job_unref(serve_job *j); /* under mu */
 struct tide_server {
     tide_serve_config cfg;
     char *model_dir, *model_name, *tok_path, *api_key, *host;
+    /* --api-key: the keys (pointers into api_key) and their KV classes */
+#define SERVE_MAX_KEYS 64
+    const char *keys[SERVE_MAX_KEYS];
+    int key_class[SERVE_MAX_KEYS]; /* TIDE_KV_CLASS_* */
+    int n_keys;
     tide_gen_engine *gen;  /* NULL until loaded */
     struct MHD_Daemon *mhd;
     int port;

@@ -160,7 +160,8 @@ int serve_job_new(tide_server *srv, serve_api api, const char *body, size_t len,
 
 int serve_job_submit(serve_job *j, serve_reply *err) {
     tide_server *srv = j->srv;
-    tide_gen_input in = {.req = &j->req, .response_id = j->id, .created = (int64_t)time(NULL)};
+    tide_gen_input in = {.req = &j->req, .response_id = j->id, .created = (int64_t)time(NULL),
+                         .kv_class = j->req.gen.kv_class ? j->req.gen.kv_class : j->key_class};
     in.sink = (tide_gen_sink){.sse = j->stream ? on_sse : NULL, .token = on_token, .done = on_done, .ud = j};
     pthread_mutex_lock(&srv->mu);
     j->refs++; /* the session's, dropped in on_done */
