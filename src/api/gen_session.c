@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "text/prompt_tok.h"
 #include "text/render.h"
 
@@ -191,6 +192,7 @@ void tide_gen_session_free(gen_session *s) {
 /* ---- into the engine ---- */
 
 int tide_gen_session_submit(gen_session *s, tide_status *st) {
+    s->t_engine = tide_now_seconds();
     for (int i = 0; i < s->n; i++) {
         tide_request r = tide_request_default();
         r.prompt = s->prompt;
@@ -367,7 +369,7 @@ static void on_token(gen_choice *c, const tide_event *ev) {
     if (s->cancelled || c->ended) return;
     if (s->sink.token) {
         tide_gen_token t = {.id = ev->token, .logprob = ev->logprob, .n_top = ev->n_top, .top_ids = ev->top_ids,
-                            .top_logprobs = ev->top_logprobs};
+                            .top_logprobs = ev->top_logprobs, .t_engine = s->t_engine};
         s->sink.token(s->sink.ud, c->index, &t);
     }
     if (is_stop_id(s, ev->token)) return; /* the engine ends it (unless ignore_eos); no text */

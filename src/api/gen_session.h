@@ -47,6 +47,7 @@ struct gen_session {
     uint64_t cache_salt;
     int kv_class;
     int last_finished;      /* index of the choice that finished last */
+    double t_engine;        /* tide_now_seconds() when given to the engine */
 };
 
 struct tide_gen_engine {

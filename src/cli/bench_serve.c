@@ -55,8 +55,9 @@ static void usage(FILE *f) {
             "  --threads T, --max-seqs S, --step-tokens K  for --offline (bench offline's\n"
             "                       defaults; start the server with the same values); --offline\n"
             "                       also gets --concurrency (each TTFT from its own submission)\n"
-            "  --ttft-out FILE      one line per request: its index and TTFT in seconds (with\n"
-            "                       --offline, bench offline's go to FILE.offline)\n");
+            "  --ttft-out FILE      one line per request: its index, TTFT in seconds, and when it was\n"
+            "                       sent and its first chunk came (monotonic seconds); with\n"
+            "                       --offline, bench offline's (index, TTFT) go to FILE.offline\n");
 }
 
 typedef struct serve_bench {
@@ -261,12 +262,15 @@ static void report(const serve_bench *o, const tide_workload *w, results *r) {
     printf("  errors           %lld\n", (long long)r->errors);
 }
 
-/* --ttft-out: "index seconds" per request that got a first chunk. */
+/* --ttft-out: "index seconds start first" per request that got a first
+ * chunk (start and first: CLOCK_MONOTONIC seconds, the server's clock too
+ * on the same machine: tools/bench/serve_overhead.py). */
 static int write_ttft(const char *path, const tide_workload *w, const breq *rs, tide_status *st) {
     FILE *f = fopen(path, "w");
     if (!f) return tide_fail(st, TIDE_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     for (int64_t i = 0; i < w->n; i++)
-        if (rs[i].t_first > 0) fprintf(f, "%lld %.9f\n", (long long)i, rs[i].t_first - rs[i].t_start);
+        if (rs[i].t_first > 0)
+            fprintf(f, "%lld %.9f %.6f %.6f\n", (long long)i, rs[i].t_first - rs[i].t_start, rs[i].t_start, rs[i].t_first);
     return fclose(f) == 0 ? 0 : tide_fail(st, TIDE_ERR_IO, "writing %s failed", path);
 }
 

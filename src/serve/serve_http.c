@@ -70,6 +70,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
         size_t k = j->buf.len - j->off < max ? j->buf.len - j->off : max;
         memcpy(out, j->buf.s + j->off, k);
         j->off += k;
+        if (j->t_out == 0) j->t_out = serve_now();
         if (j->off == j->buf.len) tide_sb_reset(&j->buf), j->off = 0;
         n = (ssize_t)k;
     } else if (j->finished) {
@@ -243,6 +244,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (cx->job) {
         pthread_mutex_lock(&srv->mu);
         serve_job *j = cx->job;
+        /* Where a request's time to first token went (monotonic seconds, to
+         * set against the client's: tools/bench/serve_overhead.py). */
+        if (j->t_first > 0)
+            tide_log(TIDE_LOG_DEBUG, "serve: timing %s arrive %.6f engine %.6f first %.6f sse %.6f out %.6f", j->id,
+                     j->t_arrive, j->t_engine, j->t_first, j->t_sse, j->t_out);
         j->conn = NULL;
         j->suspended = 0;
         if (!j->finished && !j->cancel) {

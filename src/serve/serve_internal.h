@@ -75,6 +75,9 @@ struct serve_job {
     int64_t seq;           /* unique in the server (the disconnect watcher's key) */
     int key_class;         /* the API key's KV class (TIDE_KV_CLASS_*), 0 none */
     double t_arrive, t_first, t_last; /* monotonic seconds; t_* on the engine thread */
+    double t_engine;       /* the session handed to the engine (the engine's own TTFT starts there) */
+    double t_sse;          /* the first text event appended (engine thread) */
+    double t_out;          /* the first response bytes handed to libmicrohttpd */
     /* under mu */
     tide_sb buf;           /* SSE bytes, or the whole response body */
     size_t off;            /* bytes of buf handed to the connection */
