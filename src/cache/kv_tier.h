@@ -36,6 +36,17 @@ typedef struct tide_kv_tier {
     /* A page the prefix cache does not have: fill pg->data and return 1 if
      * a tier holds it, 0 if not. Called in page order at admission. */
     int (*get)(void *ctx, tide_kv_page *pg);
+    /* Optional (NULL: get reads at once, and may wait for the disk). Starts
+     * reading, in the background, up to n_pages consecutive pages of a
+     * prefix, the first being pg's (pg->n_tokens = its end; pg->tokens must
+     * hold n_pages more pages of tokens, copied), stopping at the first
+     * miss; the pages found wait for get, which then does no I/O. Returns
+     * a ticket (> 0), 0 when nothing was started. Must return at once. */
+    uint64_t (*prefetch)(void *ctx, const tide_kv_page *pg, int64_t n_pages);
+    /* Whether the ticket's reads are done, waiting up to wait_s seconds. */
+    int (*ready)(void *ctx, uint64_t ticket, double wait_s);
+    /* Forgets a ticket (done or not); pages get did not take are dropped. */
+    void (*forget)(void *ctx, uint64_t ticket);
 } tide_kv_tier;
 
 #endif

@@ -25,13 +25,25 @@ typedef struct hpage { /* a page in the host LRU or the write queue */
     struct hpage *chain_next;  /* host hash bucket */
 } hpage;
 
+/* A prefetch: a prefix's pages to read ahead, and those found. */
+typedef struct pjob {
+    uint64_t ticket, salt;
+    int32_t *tokens;           /* the prefix up to the last page wanted */
+    int64_t first_end, page_tokens, n_pages, floats;
+    int done;
+    hpage *staged;             /* pages read, in order (chain_next) */
+    struct pjob *next;
+} pjob;
+
 struct tide_kvtiers {
     tide_kvtiers_cfg cfg;
     tide_kv_tier hooks;
     pthread_mutex_t mu;
-    pthread_cond_t cv, idle;
-    pthread_t thread;
-    int thread_on, quit, busy;
+    pthread_cond_t cv, idle, rcv; /* rcv: the reader's work, and tickets done */
+    pthread_t thread, reader;
+    int thread_on, reader_on, quit, busy;
+    pjob *jobs;                /* prefetches, newest first */
+    uint64_t next_ticket;
     hpage *q_head, *q_tail; /* write queue */
     uint64_t q_bytes;
     hpage *lru_head, *lru_tail;
@@ -161,6 +173,169 @@ static void *writer(void *arg) {
     return NULL;
 }
 
+/* ---- read-ahead (the reader thread) -------------------------------------- */
+
+/* Reads one page from the host LRU or the stores (no lock held on entry). */
+static int read_page(tide_kvtiers *t, tide_kvs_key k, void *data, uint64_t bytes) {
+    pthread_mutex_lock(&t->mu);
+    hpage *p = host_find(t, k);
+    if (p && p->bytes == bytes) {
+        memcpy(data, p->data, bytes);
+        t->stats.host_hits++;
+        pthread_mutex_unlock(&t->mu);
+        return 1;
+    }
+    pthread_mutex_unlock(&t->mu);
+    for (int i = 0; i < t->cfg.n_stores; i++) {
+        uint64_t got = 0;
+        int found = 0;
+        tide_status st = {0};
+        if (tide_kvstore_get(t->cfg.stores[i], k, data, bytes, &got, &found, &st) == 0 && found && got == bytes) {
+            pthread_mutex_lock(&t->mu);
+            t->stats.store_hits[i]++;
+            pthread_mutex_unlock(&t->mu);
+            return 1;
+        }
+    }
+    pthread_mutex_lock(&t->mu);
+    t->stats.misses++;
+    pthread_mutex_unlock(&t->mu);
+    return 0;
+}
+
+static void run_job(tide_kvtiers *t, pjob *j) {
+    uint64_t bytes = (uint64_t)j->floats * sizeof(float);
+    hpage **tail = &j->staged;
+    for (int64_t i = 0; i < j->n_pages; i++) {
+        int64_t end = j->first_end + i * j->page_tokens;
+        hpage *p = calloc(1, sizeof *p);
+        if (p) p->data = malloc(bytes);
+        if (!p || !p->data) {
+            if (p) free(p);
+            break;
+        }
+        p->key = tide_kv_page_key(t->cfg.fingerprint, j->salt, j->tokens, end);
+        p->bytes = bytes;
+        if (!read_page(t, p->key, p->data, bytes)) {
+            free(p->data);
+            free(p);
+            break;
+        }
+        pthread_mutex_lock(&t->mu);
+        *tail = p; /* visible to get at once: the engine may take it */
+        tail = &p->chain_next;
+        t->stats.prefetched++;
+        pthread_mutex_unlock(&t->mu);
+    }
+}
+
+static void *reader(void *arg) {
+    tide_kvtiers *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        pjob *j = NULL;
+        for (pjob *x = t->jobs; x; x = x->next)
+            if (!x->done) j = x; /* the oldest first */
+        if (!j) {
+            if (t->quit) break;
+            pthread_cond_wait(&t->rcv, &t->mu);
+            continue;
+        }
+        j->done = -1; /* running: forget waits for it */
+        pthread_mutex_unlock(&t->mu);
+        run_job(t, j);
+        pthread_mutex_lock(&t->mu);
+        j->done = 1;
+        pthread_cond_broadcast(&t->rcv);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static void free_staged(hpage *p) {
+    while (p) {
+        hpage *n = p->chain_next;
+        free(p->data);
+        free(p);
+        p = n;
+    }
+}
+
+static uint64_t prefetch_hook(void *ctx, const tide_kv_page *pg, int64_t n_pages) {
+    tide_kvtiers *t = ctx;
+    if (!t->reader_on || n_pages <= 0) return 0;
+    pjob *j = calloc(1, sizeof *j);
+    if (j) j->tokens = malloc((size_t)(pg->n_tokens + (n_pages - 1) * pg->page_tokens) * sizeof *j->tokens);
+    if (!j || !j->tokens) {
+        if (j) free(j);
+        return 0; /* get reads at admission instead */
+    }
+    memcpy(j->tokens, pg->tokens, (size_t)(pg->n_tokens + (n_pages - 1) * pg->page_tokens) * sizeof *j->tokens);
+    j->salt = pg->salt;
+    j->first_end = pg->n_tokens;
+    j->page_tokens = pg->page_tokens;
+    j->n_pages = n_pages;
+    j->floats = pg->n_floats;
+    pthread_mutex_lock(&t->mu);
+    j->ticket = ++t->next_ticket;
+    j->next = t->jobs;
+    t->jobs = j;
+    t->stats.prefetches++;
+    pthread_cond_broadcast(&t->rcv);
+    pthread_mutex_unlock(&t->mu);
+    return j->ticket;
+}
+
+static pjob *find_job(tide_kvtiers *t, uint64_t ticket) {
+    for (pjob *j = t->jobs; j; j = j->next)
+        if (j->ticket == ticket) return j;
+    return NULL;
+}
+
+static int ready_hook(void *ctx, uint64_t ticket, double wait_s) {
+    tide_kvtiers *t = ctx;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double ns = (double)until.tv_nsec + wait_s * 1e9;
+    until.tv_sec += (time_t)(ns / 1e9);
+    until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+    pthread_mutex_lock(&t->mu);
+    pjob *j;
+    while ((j = find_job(t, ticket)) != NULL && j->done != 1 && wait_s > 0)
+        if (pthread_cond_timedwait(&t->rcv, &t->mu, &until) != 0) break;
+    int r = !j || j->done == 1;
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+static void forget_hook(void *ctx, uint64_t ticket) {
+    tide_kvtiers *t = ctx;
+    pthread_mutex_lock(&t->mu);
+    pjob *j = find_job(t, ticket);
+    while (j && j->done == -1) pthread_cond_wait(&t->rcv, &t->mu); /* the reader is filling it */
+    pjob **pp = &t->jobs;
+    while (j && *pp != j) pp = &(*pp)->next;
+    if (j) *pp = j->next;
+    pthread_mutex_unlock(&t->mu);
+    if (!j) return;
+    free_staged(j->staged);
+    free(j->tokens);
+    free(j);
+}
+
+/* A staged page (under mu): taken out of its job. */
+static hpage *take_staged(tide_kvtiers *t, tide_kvs_key k, uint64_t bytes) {
+    for (pjob *j = t->jobs; j; j = j->next)
+        for (hpage **pp = &j->staged; *pp; pp = &(*pp)->chain_next) {
+            hpage *p = *pp;
+            if (p->key.hi != k.hi || p->key.lo != k.lo || p->bytes != bytes) continue;
+            *pp = p->chain_next;
+            p->chain_next = NULL;
+            return p;
+        }
+    return NULL;
+}
+
 /* ---- the hooks ------------------------------------------------------------ */
 
 static void put_hook(void *ctx, const tide_kv_page *pg) {
@@ -199,6 +374,15 @@ static int get_hook(void *ctx, tide_kv_page *pg) {
     uint64_t bytes = (uint64_t)pg->n_floats * sizeof(float);
     tide_kvs_key k = tide_kv_page_key(t->cfg.fingerprint, pg->salt, pg->tokens, pg->n_tokens);
     pthread_mutex_lock(&t->mu);
+    hpage *s = take_staged(t, k, bytes);
+    if (s) { /* read ahead: no I/O now; kept in the host LRU like any store hit */
+        memcpy(pg->data, s->data, bytes);
+        s->chain = pg->chain;
+        t->stats.staged_hits++;
+        host_keep(t, s);
+        pthread_mutex_unlock(&t->mu);
+        return 1;
+    }
     hpage *p = host_find(t, k);
     if (p && p->bytes == bytes) {
         memcpy(pg->data, p->data, bytes);
@@ -244,15 +428,21 @@ int tide_kvtiers_create(const tide_kvtiers_cfg *cfg, tide_kvtiers **out, tide_st
     if (!t->cfg.queue_bytes) t->cfg.queue_bytes = 256u << 20;
     if (!t->cfg.sweep_s) t->cfg.sweep_s = 600;
     t->last_sweep = (int64_t)time(NULL);
-    t->hooks = (tide_kv_tier){t, put_hook, get_hook};
+    t->hooks = (tide_kv_tier){t, put_hook, get_hook, prefetch_hook, ready_hook, forget_hook};
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     pthread_cond_init(&t->idle, NULL);
+    pthread_cond_init(&t->rcv, NULL);
     if (pthread_create(&t->thread, NULL, writer, t) != 0) {
         tide_kvtiers_destroy(t);
         return tide_fail(st, TIDE_ERR_NOMEM, "kv tiers: cannot start the writer thread");
     }
     t->thread_on = 1;
+    if (pthread_create(&t->reader, NULL, reader, t) != 0) {
+        tide_kvtiers_destroy(t);
+        return tide_fail(st, TIDE_ERR_NOMEM, "kv tiers: cannot start the reader thread");
+    }
+    t->reader_on = 1;
     *out = t;
     return 0;
 }
@@ -272,7 +462,18 @@ void tide_kvtiers_destroy(tide_kvtiers *t) {
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
     }
+    if (t->reader_on) {
+        pthread_mutex_lock(&t->mu);
+        t->quit = 1;
+        for (pjob *j = t->jobs; j; j = j->next)
+            if (!j->done) j->done = 1; /* not started: nothing to read any more */
+        pthread_cond_broadcast(&t->rcv);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->reader, NULL);
+    }
+    while (t->jobs) forget_hook(t, t->jobs->ticket);
     while (t->lru_head) host_drop(t, t->lru_head);
+    pthread_cond_destroy(&t->rcv);
     pthread_cond_destroy(&t->cv);
     pthread_cond_destroy(&t->idle);
     pthread_mutex_destroy(&t->mu);

@@ -11,6 +11,10 @@
  *     the request is never made to wait;
  *   - get looks in the host LRU, then each store in order; a store hit is
  *     kept in the host LRU;
+ *   - prefetch hands a request's missing pages to a reader thread, which
+ *     reads them (host LRU, then the stores) ahead of its admission into
+ *     a staging list that get looks in first, so the engine thread never
+ *     waits for the disk (ready says when a ticket's reads are done);
  *   - the writer thread also runs the stores' expiry sweep (gc) every
  *     sweep_s seconds and repairs pages reads found degraded.
  * A page's key: XXH3-128 of the prefix's token ids, seeded by the tenant's
@@ -35,6 +39,7 @@ typedef struct tide_kvtiers_cfg {
 
 typedef struct tide_kvtiers_stats {
     int64_t host_hits, store_hits[4], misses;
+    int64_t prefetches, prefetched, staged_hits; /* tickets, pages read ahead, gets served from them */
     int64_t queued, written, write_errors, dropped;
     int64_t host_pages, host_bytes, host_evictions;
     int64_t sweeps;
