@@ -175,32 +175,42 @@ static void *writer(void *arg) {
 
 /* ---- read-ahead (the reader thread) -------------------------------------- */
 
-/* Reads one page from the host LRU or the stores (no lock held on entry). */
-static int read_page(tide_kvtiers *t, tide_kvs_key k, void *data, uint64_t bytes) {
-    pthread_mutex_lock(&t->mu);
+/* A page from the host LRU (under mu): 1 if it is there (refreshed). */
+static int host_get(tide_kvtiers *t, tide_kvs_key k, void *data, uint64_t bytes) {
     hpage *p = host_find(t, k);
-    if (p && p->bytes == bytes) {
-        memcpy(data, p->data, bytes);
-        t->stats.host_hits++;
-        pthread_mutex_unlock(&t->mu);
-        return 1;
-    }
-    pthread_mutex_unlock(&t->mu);
-    for (int i = 0; i < t->cfg.n_stores; i++) {
+    if (!p || p->bytes != bytes) return 0;
+    memcpy(data, p->data, bytes);
+    lru_unlink(t, p);
+    lru_front(t, p);
+    t->stats.host_hits++;
+    return 1;
+}
+
+/* A page from the stores in lookup order (no lock held; the stores lock
+ * themselves): the store's index, or -1 (a miss, counted). A page of
+ * another size is another layout's: a miss. */
+static int stores_get(tide_kvtiers *t, tide_kvs_key k, void *data, uint64_t bytes) {
+    int found_in = -1;
+    for (int i = 0; i < t->cfg.n_stores && found_in < 0; i++) {
         uint64_t got = 0;
         int found = 0;
         tide_status st = {0};
-        if (tide_kvstore_get(t->cfg.stores[i], k, data, bytes, &got, &found, &st) == 0 && found && got == bytes) {
-            pthread_mutex_lock(&t->mu);
-            t->stats.store_hits[i]++;
-            pthread_mutex_unlock(&t->mu);
-            return 1;
-        }
+        if (tide_kvstore_get(t->cfg.stores[i], k, data, bytes, &got, &found, &st) == 0 && found && got == bytes)
+            found_in = i;
     }
     pthread_mutex_lock(&t->mu);
-    t->stats.misses++;
+    if (found_in >= 0) t->stats.store_hits[found_in]++;
+    else t->stats.misses++;
     pthread_mutex_unlock(&t->mu);
-    return 0;
+    return found_in;
+}
+
+/* One page from the host LRU or the stores (no lock held on entry). */
+static int read_page(tide_kvtiers *t, tide_kvs_key k, void *data, uint64_t bytes) {
+    pthread_mutex_lock(&t->mu);
+    int hit = host_get(t, k, data, bytes);
+    pthread_mutex_unlock(&t->mu);
+    return hit || stores_get(t, k, data, bytes) >= 0;
 }
 
 static void run_job(tide_kvtiers *t, pjob *j) {
@@ -383,39 +393,21 @@ static int get_hook(void *ctx, tide_kv_page *pg) {
         pthread_mutex_unlock(&t->mu);
         return 1;
     }
-    hpage *p = host_find(t, k);
-    if (p && p->bytes == bytes) {
-        memcpy(pg->data, p->data, bytes);
-        lru_unlink(t, p);
-        lru_front(t, p);
-        t->stats.host_hits++;
-        pthread_mutex_unlock(&t->mu);
-        return 1;
-    }
+    int hit = host_get(t, k, pg->data, bytes);
     pthread_mutex_unlock(&t->mu);
-    for (int i = 0; i < t->cfg.n_stores; i++) {
-        uint64_t got = 0;
-        int found = 0;
-        tide_status st = {0};
-        if (tide_kvstore_get(t->cfg.stores[i], k, pg->data, bytes, &got, &found, &st) != 0 || !found || got != bytes)
-            continue; /* a page of another size is another layout's: a miss */
-        pthread_mutex_lock(&t->mu);
-        t->stats.store_hits[i]++;
-        hpage *c = t->cfg.host_bytes >= bytes ? calloc(1, sizeof *c) : NULL;
-        if (c && (c->data = malloc(bytes)) != NULL) {
-            c->key = k;
-            c->chain = pg->chain;
-            c->bytes = bytes;
-            memcpy(c->data, pg->data, bytes);
-            host_keep(t, c);
-        } else free(c);
-        pthread_mutex_unlock(&t->mu);
-        return 1;
-    }
-    pthread_mutex_lock(&t->mu);
-    t->stats.misses++;
+    if (hit) return 1;
+    if (stores_get(t, k, pg->data, bytes) < 0) return 0;
+    pthread_mutex_lock(&t->mu); /* a store hit is kept in the host LRU */
+    hpage *c = t->cfg.host_bytes >= bytes ? calloc(1, sizeof *c) : NULL;
+    if (c && (c->data = malloc(bytes)) != NULL) {
+        c->key = k;
+        c->chain = pg->chain;
+        c->bytes = bytes;
+        memcpy(c->data, pg->data, bytes);
+        host_keep(t, c);
+    } else free(c);
     pthread_mutex_unlock(&t->mu);
-    return 0;
+    return 1;
 }
 
 int tide_kvtiers_create(const tide_kvtiers_cfg *cfg, tide_kvtiers **out, tide_status *st) {

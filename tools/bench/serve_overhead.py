@@ -21,6 +21,8 @@ import sys
 
 import numpy as np
 
+from ttft_pair import median_ci
+
 
 def main(log, files):
     srv = []
@@ -50,12 +52,10 @@ def main(log, files):
         sys.exit("serve_overhead: no request matched")
     a = np.array(rows) * 1e3
     added = a[:, 0] - a[:, 1]
-    rng = np.random.default_rng(12345)
-    boot = np.median(rng.choice(added, size=(10000, added.size), replace=True), axis=1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
+    med, lo, hi = median_ci(added)
     print(f"{added.size} requests matched (of {len(cli)} sent, {len(srv)} logged)")
     print(f"TTFT median: client {np.median(a[:, 0]):.3f} ms, engine's own {np.median(a[:, 1]):.3f} ms")
-    print(f"added by the server: median {np.median(added):.3f} ms, 95% CI [{lo:.3f}, {hi:.3f}] ms (bootstrap, "
+    print(f"added by the server: median {med:.3f} ms, 95% CI [{lo:.3f}, {hi:.3f}] ms (bootstrap, "
           f"10000 resamples); mean {added.mean():.3f} ms, p90 {np.percentile(added, 90):.3f} ms")
     for i, name in ((2, "HTTP in"), (3, "to the engine"), (4, "token to SSE event"), (5, "SSE to libmicrohttpd"),
                     (6, "HTTP out")):

@@ -20,6 +20,14 @@ def load(path):
     return d
 
 
+def median_ci(x):
+    """The median of x and its bootstrap 95% confidence interval (10000 resamples, fixed seed)."""
+    rng = np.random.default_rng(12345)
+    boot = np.median(rng.choice(x, size=(10000, x.size), replace=True), axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return np.median(x), lo, hi
+
+
 def main(paths):
     serve, off, diff = [], [], []
     for p in paths:
@@ -31,12 +39,10 @@ def main(paths):
     if not diff:
         sys.exit("ttft_pair: no paired samples")
     serve, off, diff = (np.array(x) * 1e3 for x in (serve, off, diff))
-    rng = np.random.default_rng(12345)
-    boot = np.median(rng.choice(diff, size=(10000, diff.size), replace=True), axis=1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
+    med, lo, hi = median_ci(diff)
     print(f"{diff.size} paired requests from {len(paths)} runs")
     print(f"TTFT median: serve {np.median(serve):.2f} ms, offline {np.median(off):.2f} ms")
-    print(f"serve - offline, per request: median {np.median(diff):+.2f} ms, 95% CI [{lo:+.2f}, {hi:+.2f}] ms "
+    print(f"serve - offline, per request: median {med:+.2f} ms, 95% CI [{lo:+.2f}, {hi:+.2f}] ms "
           f"(bootstrap, 10000 resamples); mean {diff.mean():+.2f} ms; p10 {np.percentile(diff, 10):+.2f}, "
           f"p90 {np.percentile(diff, 90):+.2f}")
 
