@@ -675,7 +675,7 @@ static void test_logprobs_completions(void **state) {
         rec_init(&r);
         run_one(g, &req, &r);
         json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-        json_t *chunks = stream ? sse_events(&r, NULL) : json_pack("[O]", json_loads(r.response, 0, NULL));
+        json_t *chunks = stream ? sse_events(&r, NULL) : json_pack("[o]", json_loads(r.response, 0, NULL));
         size_t i;
         json_t *c;
         json_array_foreach(chunks, i, c) {

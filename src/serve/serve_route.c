@@ -30,7 +30,7 @@ static int authorized(tide_server *srv, const serve_http_req *rq) {
     const char *bearer = a && !strncasecmp(a, "Bearer ", 7) ? a + 7 : NULL;
     int cls = -1;
     for (int i = 0; i < srv->n_keys; i++) /* every key compared: the time says nothing of which */
-        if ((k && key_equal(k, srv->keys[i])) | (bearer && key_equal(bearer, srv->keys[i]))) cls = srv->key_class[i];
+        if ((k ? key_equal(k, srv->keys[i]) : 0) + (bearer ? key_equal(bearer, srv->keys[i]) : 0)) cls = srv->key_class[i];
     return cls;
 }
 
