@@ -213,7 +213,13 @@ typedef struct tide_request {
      * it from the call on: freed with the request, or at once when
      * tide_engine_submit fails. */
     struct tide_cons *constraint;
+    /* Persistent KV store (docs/kvstore.md): the traffic class of the pages
+     * this request writes, which sets how long they are kept
+     * (TIDE_KV_CLASS_*; default: the tiers' own class). */
+    int kv_class;
 } tide_request;
+
+enum { TIDE_KV_CLASS_DEFAULT = 0, TIDE_KV_CLASS_CHAT = 1 /* 7 days */, TIDE_KV_CLASS_AGENT = 2 /* 3 days */ };
 
 tide_request tide_request_default(void);
 

@@ -3,7 +3,9 @@
 # model (stand-in tokenizer) on a free loopback port with an API key, runs
 # tools/npm/serve_clients.mjs (the openai and @anthropic-ai/sdk npm
 # packages: chat, completions, responses, messages, streaming and not,
-# tools, thinking, errors, auth, metrics), then SIGTERM: the server must
+# tools, thinking, logprobs, errors, auth, metrics), and a queued request
+# cancelled when its client leaves (tools/npm/serve_cancel_queued.mjs, on a
+# second server with --max-seqs 1), then SIGTERM: the server must
 # drain and exit 0. Also: --help, --backend cuda refused with a reason, and
 # tide bench serve against the same server.
 # Usage: sh_serve_clients.sh TIDE_EXE SRC_DIR BIN_DIR
@@ -39,6 +41,19 @@ out=$(timeout 120 "$tide" bench serve --url "http://127.0.0.1:$port" --model "$w
 for p in '^  generated tok/s  .* \(9 tokens\)$' '^  TTFT  .*\(ms, 3 samples\)$' '^  end-to-end' '^  errors           0$'; do
   grep -Eq "$p" <<<"$out" || { echo "FAIL: bench serve output lacks '$p'"; echo "$out"; fail=1; }
 done
+
+# A client that leaves while its request is queued cancels it at once: a
+# second server with one running sequence (tools/npm/serve_cancel_queued.mjs).
+pid1=$pid port1=$port
+mkdir -p "$work/q"
+if serve_start "$tide" "$work/q" --model "$work/tiny" --api-key test-key --max-seqs 1; then
+  timeout 120 node "$npm/serve_cancel_queued.mjs" "http://127.0.0.1:$port" test-key || fail=1
+  kill -TERM "$pid"; wait "$pid" || { echo "FAIL: the --max-seqs 1 server exited $?"; cat "$work/q/serve.err"; fail=1; }
+  if grep -qE 'Sanitizer|runtime error|leak' "$work/q/serve.err"; then echo "FAIL: sanitizer report"; cat "$work/q/serve.err"; fail=1; fi
+else
+  fail=1
+fi
+pid=$pid1 port=$port1
 
 kill -TERM "$pid"
 rc=0

@@ -101,7 +101,31 @@ static void test_completions_request(void **state) {
     expect_error(K, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "one prompt");
     expect_error(K, "{\"prompt\":5}", "prompt", "expected string or array");
     expect_error(K, "{\"prompt\":\"a\",\"echo\":true}", "echo", "not supported");
-    expect_error(K, "{\"prompt\":\"a\",\"logprobs\":2}", "logprobs", "not supported");
+    expect_error(K, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs", "outside");
+    expect_error(K, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "legacy");
+    r = parse_ok(K, "{\"prompt\":\"a\",\"logprobs\":0}");
+    assert_true(r.gen.logprobs && r.gen.top_logprobs == 0);
+    tide_api_req_free(&r);
+    r = parse_ok(K, "{\"prompt\":\"a\",\"logprobs\":5}");
+    assert_true(r.gen.logprobs && r.gen.top_logprobs == 5);
+    tide_api_req_free(&r);
+    r = parse_ok(K, "{\"prompt\":\"a\",\"logprobs\":null}");
+    assert_false(r.gen.logprobs);
+    tide_api_req_free(&r);
+    /* Responses: include or top_logprobs turns them on */
+    const tide_api_kind R = TIDE_API_RESPONSES;
+    r = parse_ok(R, "{\"input\":\"a\",\"include\":[\"reasoning.encrypted_content\",\"message.output_text.logprobs\"]}");
+    assert_true(r.gen.logprobs && r.gen.top_logprobs == 0);
+    tide_api_req_free(&r);
+    r = parse_ok(R, "{\"input\":\"a\",\"top_logprobs\":4}");
+    assert_true(r.gen.logprobs && r.gen.top_logprobs == 4);
+    tide_api_req_free(&r);
+    r = parse_ok(R, "{\"input\":\"a\",\"include\":[\"reasoning.encrypted_content\"]}");
+    assert_false(r.gen.logprobs);
+    tide_api_req_free(&r);
+    expect_error(R, "{\"input\":\"a\",\"top_logprobs\":21}", "top_logprobs", "outside");
+    expect_error(R, "{\"input\":\"a\",\"include\":[3]}", "include[0]", "expected string");
+    expect_error(R, "{\"input\":\"a\",\"include\":\"x\"}", "include", "expected");
 }
 
 typedef struct {

@@ -90,6 +90,8 @@ typedef struct rec {
     int n_calls, n_call_ends, bad_utf8, done, cancelled, n_tokens;
     size_t text_at_token[256]; /* content + reasoning bytes released after token i */
     int32_t ids[4096];
+    float lp[256], top_lp[256][4]; /* the sink's logprobs of token i and its best alternatives */
+    int n_top[256];
     int64_t n_output;
     tide_usage usage;
     char finish[32];
@@ -140,6 +142,11 @@ static void on_token(void *ud, int choice, const tide_gen_token *t) {
     if (choice != 0) return;
     if (r->n_tokens < 256) r->text_at_token[r->n_tokens] = r->content.len + r->reasoning.len;
     if (r->n_tokens < 4096) r->ids[r->n_tokens] = t->id;
+    if (r->n_tokens < 256) {
+        r->lp[r->n_tokens] = t->logprob;
+        r->n_top[r->n_tokens] = t->n_top < 4 ? t->n_top : 4;
+        for (int k = 0; k < r->n_top[r->n_tokens]; k++) r->top_lp[r->n_tokens][k] = t->top_logprobs[k];
+    }
     r->n_tokens++;
 }
 
@@ -623,6 +630,160 @@ static void test_stream_sse(void **state) {
     tide_api_req_free(&req);
 }
 
+/* The generated tokens that are text (stop and end ids are not): their
+ * indices into r->ids. */
+static int text_tokens(tide_gen_engine *g, const rec *r, int *idx) {
+    size_t n_stop;
+    const int32_t *stop = tide_gen_stop_ids(g, &n_stop);
+    int n = 0;
+    for (int i = 0; i < r->n_tokens && i < 256; i++) {
+        int is_stop = 0;
+        for (size_t k = 0; k < n_stop; k++) is_stop |= r->ids[i] == stop[k];
+        if (!is_stop) idx[n++] = i;
+    }
+    return n;
+}
+
+/* The SSE data lines of events named `event` (NULL: all), parsed. */
+static json_t *sse_events(const rec *r, const char *event) {
+    json_t *out = json_array();
+    char *all = strdup(sbs(&r->sse)), *save = NULL;
+    for (char *name = strtok_r(all, "\n", &save); name; name = strtok_r(NULL, "\n", &save)) {
+        char *data = strtok_r(NULL, "\n", &save);
+        if (data && (!event || !strcmp(name, event))) {
+            json_t *v = json_loads(data, 0, NULL);
+            if (v) json_array_append_new(out, v);
+        }
+    }
+    free(all);
+    return out;
+}
+
+/* Completions' legacy logprobs (logprobs: 3), streamed and not: per text
+ * token its string, its logprob (the sink's, exactly), a dict of at most 3
+ * alternatives whose values are the sink's best logprobs, and text_offset =
+ * the bytes of the tokens before it. */
+static void test_logprobs_completions(void **state) {
+    GEN_TEST(state, f, g);
+    for (int stream = 0; stream < 2; stream++) {
+        tide_api_req req;
+        tide_api_err err;
+        const char *body = stream ? "{\"prompt\":\"Log me\",\"max_tokens\":7,\"temperature\":0,\"logprobs\":3,\"stream\":true}"
+                                  : "{\"prompt\":\"Log me\",\"max_tokens\":7,\"temperature\":0,\"logprobs\":3}";
+        if (tide_api_parse(TIDE_API_COMPLETIONS, body, strlen(body), &req, &err) != 0) fail_msg("%s", err.st.msg);
+        rec r;
+        rec_init(&r);
+        run_one(g, &req, &r);
+        json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+        json_t *chunks = stream ? sse_events(&r, NULL) : json_pack("[o]", json_loads(r.response, 0, NULL));
+        size_t i;
+        json_t *c;
+        json_array_foreach(chunks, i, c) {
+            json_t *lp = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "logprobs");
+            if (!json_is_object(lp)) continue;
+            json_array_extend(tokens, json_object_get(lp, "tokens"));
+            json_array_extend(lps, json_object_get(lp, "token_logprobs"));
+            json_array_extend(tops, json_object_get(lp, "top_logprobs"));
+            json_array_extend(offs, json_object_get(lp, "text_offset"));
+        }
+        int idx[256], n = text_tokens(g, &r, idx);
+        assert_true(n > 0);
+        assert_int_equal(json_array_size(tokens), n);
+        assert_int_equal(json_array_size(lps), n);
+        assert_int_equal(json_array_size(tops), n);
+        assert_int_equal(json_array_size(offs), n);
+        int64_t off = 0;
+        for (int k = 0; k < n; k++) {
+            int t = idx[k];
+            assert_true((float)json_real_value(json_array_get(lps, (size_t)k)) == r.lp[t]);
+            assert_int_equal(json_integer_value(json_array_get(offs, (size_t)k)), off);
+            const uint8_t *b;
+            size_t len;
+            assert_true(tide_tokenizer_token_bytes(g->tok, r.ids[t], &b, &len));
+            off += (int64_t)len;
+            assert_true(json_is_string(json_array_get(tokens, (size_t)k)));
+            json_t *top = json_array_get(tops, (size_t)k), *v;
+            const char *key;
+            assert_true(json_object_size(top) >= 1 && json_object_size(top) <= 3);
+            json_object_foreach(top, key, v) {
+                int found = 0;
+                for (int a = 0; a < r.n_top[t]; a++) found |= (float)json_real_value(v) == r.top_lp[t][a];
+                assert_true(found);
+            }
+        }
+        json_decref(tokens), json_decref(lps), json_decref(tops), json_decref(offs), json_decref(chunks);
+        rec_free(&r);
+        tide_api_req_free(&req);
+    }
+}
+
+/* Responses' logprobs (include message.output_text.logprobs, top_logprobs
+ * 2): the output_text part's entries, streamed in the deltas and whole in
+ * output_text.done, are the text tokens' ({token, logprob, bytes,
+ * top_logprobs}, the sink's values); without include or top_logprobs the
+ * part's logprobs are []. */
+static void test_logprobs_responses(void **state) {
+    GEN_TEST(state, f, g);
+    for (int mode = 0; mode < 3; mode++) {
+        tide_api_req req;
+        tide_api_err err;
+        const char *body =
+            mode == 0 ? "{\"input\":\"Log me\",\"max_output_tokens\":7,\"temperature\":0,\"top_logprobs\":2,"
+                        "\"include\":[\"message.output_text.logprobs\"]}"
+            : mode == 1 ? "{\"input\":\"Log me\",\"max_output_tokens\":7,\"temperature\":0,\"top_logprobs\":2,"
+                          "\"stream\":true}"
+                        : "{\"input\":\"Log me\",\"max_output_tokens\":7,\"temperature\":0}";
+        if (tide_api_parse(TIDE_API_RESPONSES, body, strlen(body), &req, &err) != 0) fail_msg("%s", err.st.msg);
+        rec r;
+        rec_init(&r);
+        run_one(g, &req, &r);
+        json_t *entries = json_array(), *done_entries = NULL;
+        if (mode != 1) {
+            json_t *resp = json_loads(r.response, 0, NULL), *out = json_object_get(resp, "output"), *it;
+            size_t i;
+            json_array_foreach(out, i, it) if (!strcmp(json_string_value(json_object_get(it, "type")), "message"))
+                json_array_extend(entries, json_object_get(json_array_get(json_object_get(it, "content"), 0), "logprobs"));
+            json_decref(resp);
+        } else {
+            json_t *ev = sse_events(&r, "response.output_text.delta"), *e;
+            size_t i;
+            json_array_foreach(ev, i, e) json_array_extend(entries, json_object_get(e, "logprobs"));
+            json_decref(ev);
+            ev = sse_events(&r, "response.output_text.done");
+            done_entries = json_incref(json_object_get(json_array_get(ev, 0), "logprobs"));
+            json_decref(ev);
+        }
+        int idx[256], n = text_tokens(g, &r, idx);
+        if (mode == 2) {
+            assert_int_equal(json_array_size(entries), 0);
+        } else {
+            assert_true(n > 0);
+            assert_int_equal(json_array_size(entries), n);
+            if (done_entries) assert_true(json_equal(done_entries, entries));
+            for (int k = 0; k < n; k++) {
+                json_t *e = json_array_get(entries, (size_t)k);
+                int t = idx[k];
+                assert_true((float)json_real_value(json_object_get(e, "logprob")) == r.lp[t]);
+                const uint8_t *b;
+                size_t len;
+                assert_true(tide_tokenizer_token_bytes(g->tok, r.ids[t], &b, &len));
+                json_t *bytes = json_object_get(e, "bytes");
+                assert_int_equal(json_array_size(bytes), len);
+                for (size_t j = 0; j < len; j++) assert_int_equal(json_integer_value(json_array_get(bytes, j)), b[j]);
+                json_t *top = json_object_get(e, "top_logprobs");
+                assert_int_equal(json_array_size(top), 2);
+                for (int a = 0; a < 2; a++)
+                    assert_true((float)json_real_value(json_object_get(json_array_get(top, (size_t)a), "logprob")) ==
+                                r.top_lp[t][a]);
+            }
+        }
+        json_decref(done_entries);
+        json_decref(entries);
+        rec_free(&r);
+        tide_api_req_free(&req);
+    }
+}
+
 /* Chat logprobs: one entry per generated token (greedy: the chosen token is
  * the best alternative), the bytes add up to the text, streamed or not. */
 static void test_logprobs(void **state) {
@@ -856,6 +1017,8 @@ int main(void) {
         cmocka_unit_test(test_n_and_seeds),
         cmocka_unit_test(test_stream_sse),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_logprobs_completions),
+        cmocka_unit_test(test_logprobs_responses),
         cmocka_unit_test(test_cancel_frees_kv),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_engine_thread),

@@ -464,11 +464,11 @@ static void test_node_gone(void **state) {
     tide_kvtiers *t;
     assert_int_equal(tide_kvtiers_create(&tc, &t, &st), 0);
     const tide_kv_tier *h = tide_kvtiers_hooks(t);
-    int32_t toks[16];
+    int32_t toks[24];
     uint8_t kv[712], back[712]; /* packed blocks: bytes */
-    for (int i = 0; i < 16; i++) toks[i] = (int32_t)(tu_next(&f->r) % 1000);
+    for (int i = 0; i < 24; i++) toks[i] = (int32_t)(tu_next(&f->r) % 1000);
     for (int i = 0; i < 712; i++) kv[i] = (uint8_t)tu_next(&f->r);
-    tide_kv_page pg = {5, toks, 16, 8, 0, kv, 712};
+    tide_kv_page pg = {5, toks, 16, 8, 0, kv, 712, -1};
     h->put(h->ctx, &pg);
     tide_kvtiers_flush(t);
     pg.data = back;
@@ -482,21 +482,58 @@ static void test_node_gone(void **state) {
     assert_int_equal(ts.written, 1);
     assert_int_equal(ts.store_hits[1], 1);
     assert_int_equal(ts.misses, 1);
+
+    /* read-ahead: pages 0 and 1 of tenant 7's prefix are stored, page 2 is
+     * not; a prefetch of 3 pages reads 2 and stops; get then serves them
+     * from the staging list (no store read: store_hits does not move) */
+    uint8_t kv2[2][712];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 712; i++) kv2[k][i] = (uint8_t)tu_next(&f->r);
+        tide_kv_page q = {7, toks, 8 * (k + 1), 8, 0, kv2[k], 712, TIDE_KV_AGENT};
+        h->put(h->ctx, &q);
+    }
+    tide_kvtiers_flush(t);
+    tide_kv_page q = {7, toks, 8, 8, 0, back, 712, -1};
+    uint64_t ticket = h->prefetch(h->ctx, &q, 3);
+    assert_true(ticket > 0);
+    assert_int_equal(h->ready(h->ctx, ticket, 10.0), 1);
+    tide_kvtiers_get_stats(t, &ts);
+    assert_int_equal(ts.prefetches, 1);
+    assert_int_equal(ts.prefetched, 2);
+    assert_int_equal(ts.misses, 2); /* page 2 */
+    int64_t hits1 = ts.store_hits[1];
+    for (int k = 0; k < 2; k++) {
+        q.n_tokens = 8 * (k + 1);
+        assert_int_equal(h->get(h->ctx, &q), 1);
+        assert_memory_equal(back, kv2[k], sizeof back);
+    }
+    tide_kvtiers_get_stats(t, &ts);
+    assert_int_equal(ts.staged_hits, 2);
+    assert_int_equal(ts.store_hits[1], hits1);
+    h->forget(h->ctx, ticket);
+    assert_int_equal(h->ready(h->ctx, ticket, 0), 1); /* a forgotten ticket is done */
+    /* forgotten before its pages were taken, or before it ran: nothing leaks */
+    q.n_tokens = 8;
+    h->forget(h->ctx, h->prefetch(h->ctx, &q, 2));
+    ticket = h->prefetch(h->ctx, &q, 2);
+    assert_int_equal(h->ready(h->ctx, ticket, 10.0), 1);
+    h->forget(h->ctx, ticket);
     tide_kvtiers_destroy(t);
     tide_kvstore_close(s);
     tide_kvstore_close(s11);
 
-    /* the node is back: page 2 is degraded, verify rebuilds its shard */
+    /* the node is back: the pages written while it was gone (page 2, the
+     * tiers' page and tenant 7's two) are degraded, verify rebuilds them */
     assert_int_equal(unlink(f->node[4]), 0);
     assert_int_equal(rename(away, f->node[4]), 0);
     s = open_store(f, NODES, 0);
     tide_kvstore_stats ss;
     tide_kvstore_get_stats(s, &ss);
-    assert_int_equal(ss.pages, 2);
-    assert_int_equal(ss.degraded, 2);
+    assert_int_equal(ss.pages, 4);
+    assert_int_equal(ss.degraded, 4);
     tide_kvstore_report r;
     assert_int_equal(tide_kvstore_verify(s, &r, &st), 0);
-    assert_int_equal(r.repaired, 2);
+    assert_int_equal(r.repaired, 4);
     tide_kvstore_get_stats(s, &ss);
     assert_int_equal(ss.degraded, 0);
     tide_kvstore_close(s);

@@ -7,6 +7,7 @@
 #include "api/convert.h"
 #include "api/jfield.h"
 #include "text/pyjson.h"
+#include "tide.h"
 
 const char *tide_api_kind_name(tide_api_kind kind) {
     switch (kind) {
@@ -43,6 +44,18 @@ void tide_api_req_free(tide_api_req *req) {
     memset(req, 0, sizeof *req);
 }
 
+/* "kv_class": the persistent KV store's traffic class (an extension that
+ * every API takes the same way). */
+static int read_kv_class(json_t *root, tide_gen *g, tide_api_err *err) {
+    const char *c = NULL;
+    if (tide_get_string(root, "kv_class", "", &c, err)) return -1;
+    if (!c) return 0;
+    if (!strcmp(c, "chat")) g->kv_class = TIDE_KV_CLASS_CHAT;
+    else if (!strcmp(c, "agent")) g->kv_class = TIDE_KV_CLASS_AGENT;
+    else return tide_api_bad(err, "kv_class", "expected \"chat\" or \"agent\", got \"%.32s\"", c);
+    return 0;
+}
+
 int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_req *req, tide_api_err *err) {
     memset(err, 0, sizeof *err);
     tide_api_req_init(req, kind);
@@ -67,6 +80,7 @@ int tide_api_parse(tide_api_kind kind, const char *body, size_t len, tide_api_re
         case TIDE_API_MESSAGES: rc = tide_convert_messages(root, req, err); break;
         case TIDE_API_COMPLETIONS: rc = tide_convert_completions(root, req, err); break;
         }
+        if (rc == 0) rc = read_kv_class(root, &req->gen, err);
     }
     json_decref(root);
     if (rc != 0) {

@@ -79,6 +79,8 @@ typedef struct tide_gen {
     int guided;
     char *guided_text;
     const char *guided_param;
+    int kv_class;              /* "kv_class": "chat" | "agent" (extension, every API): how long the
+                                * persistent KV store keeps the pages (TIDE_KV_CLASS_*; 0 unset) */
 } tide_gen;
 
 #define TIDE_GEN_MAX_N 16

@@ -20,5 +20,12 @@ int tide_read_guided(json_t *root, tide_gen *g, tide_api_err *err);
 /* Chat Completions: "logprobs" (already read: `logprobs`) and
  * "top_logprobs" 0..20, which needs logprobs. */
 int tide_read_chat_logprobs(json_t *root, tide_gen *g, int logprobs, tide_api_err *err);
+/* Completions: the legacy "logprobs" N 0..20 (the chosen tokens and the N
+ * best at each position; null or absent: none). */
+int tide_read_completions_logprobs(json_t *root, tide_gen *g, tide_api_err *err);
+/* Responses: "top_logprobs" 0..20, and "include" (strings): logprobs when it
+ * has "message.output_text.logprobs" or top_logprobs > 0; other include
+ * values are accepted and ignored. */
+int tide_read_responses_logprobs(json_t *root, tide_gen *g, tide_api_err *err);
 
 #endif

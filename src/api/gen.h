@@ -108,6 +108,7 @@ typedef struct tide_gen_token {
     int32_t n_top;            /* top_logprobs entries filled */
     const int32_t *top_ids;   /* [n_top], best first */
     const float *top_logprobs;
+    double t_engine;          /* when its session was handed to the engine (tide_now_seconds, monotonic) */
 } tide_gen_token;
 
 /* What a session ended with (handed to `done`; pointers valid during it). */
@@ -162,6 +163,7 @@ typedef struct tide_gen_input {
     const char *response_id;
     int64_t created;
     uint64_t cache_salt;      /* prefix-cache isolation (tide_request.cache_salt) */
+    int kv_class;             /* persistent KV store class (tide_request.kv_class); 0: req->gen.kv_class */
     tide_gen_sink sink;
 } tide_gen_input;
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "constrain/constrain.h"
+#include "base/log.h"
 #include "text/prompt_tok.h"
 #include "text/render.h"
 
@@ -201,6 +202,7 @@ int tide_gen_session_new(tide_gen_engine *g, const tide_gen_input *in, gen_sessi
     s->kind_stream = gen->stream;
     s->n = gen->n;
     s->cache_salt = in->cache_salt;
+    s->kv_class = in->kv_class ? in->kv_class : gen->kv_class;
     tide_tok_ids ids = {0};
     int in_reasoning = 0, rc = -1;
     if (!(s->ch = calloc((size_t)s->n, sizeof *s->ch))) {
@@ -255,6 +257,7 @@ void tide_gen_session_free(gen_session *s) {
 /* ---- into the engine ---- */
 
 int tide_gen_session_submit(gen_session *s, tide_status *st) {
+    s->t_engine = tide_now_seconds();
     for (int i = 0; i < s->n; i++) {
         tide_request r = tide_request_default();
         r.prompt = s->prompt;
@@ -263,6 +266,7 @@ int tide_gen_session_submit(gen_session *s, tide_status *st) {
         r.sampling.seed = s->sp.seed + (uint64_t)i; /* n > 1: a seed per choice */
         r.has_seed = s->has_seed;
         r.cache_salt = s->cache_salt;
+        r.kv_class = s->kv_class;
         r.user = &s->ch[i];
         if (s->cgram) {
             if (tide_cons_new(s->cgram, s->g->cvocab, &r.constraint, st) != 0) {
@@ -442,7 +446,7 @@ static void on_token(gen_choice *c, const tide_event *ev) {
     if (s->cancelled || c->ended) return;
     if (s->sink.token) {
         tide_gen_token t = {.id = ev->token, .logprob = ev->logprob, .n_top = ev->n_top, .top_ids = ev->top_ids,
-                            .top_logprobs = ev->top_logprobs};
+                            .top_logprobs = ev->top_logprobs, .t_engine = s->t_engine};
         s->sink.token(s->sink.ud, c->index, &t);
     }
     if (is_stop_id(s, ev->token)) return; /* the engine ends it (unless ignore_eos); no text */

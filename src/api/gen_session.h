@@ -46,9 +46,11 @@ struct gen_session {
     int32_t *stop_ids;
     int has_seed;
     uint64_t cache_salt;
+    int kv_class;
     int last_finished;      /* index of the choice that finished last */
     struct tide_cons_grammar *cgram; /* the output constraint (NULL none) */
     int32_t cgate;          /* it applies after this token (</think>), -1 from the start */
+    double t_engine;        /* tide_now_seconds() when given to the engine */
 };
 
 struct tide_gen_engine {

@@ -96,9 +96,21 @@ const char *tide_out_call_name(const tide_api_out *o, size_t call) {
 
 const char *tide_out_stop_seq(const tide_api_out *o) { return tide_outparse_stop_seq(o->parser); }
 
+/* The logprob entries recorded since the last call belong to item i: a
+ * token's entry is recorded before its text reaches the parser, so the
+ * entries waiting when text (or the item's end) comes are that item's. */
+static void lp_attribute(tide_api_out *o, size_t i) {
+    size_t n = o->lp_all ? json_array_size(o->lp_all) : 0;
+    out_item *it = &o->items[i];
+    if (!it->lp_set) it->lp_lo = o->lp_mark, it->lp_set = 1;
+    it->lp_hi = n;
+    o->lp_mark = n;
+}
+
 static int close_open(tide_api_out *o, tide_status *st) {
     if (o->open < 0) return 0;
     size_t i = (size_t)o->open;
+    lp_attribute(o, i);
     o->open = -1;
     return o->stream ? o->api->close(o, i, st) : 0;
 }
@@ -133,6 +145,7 @@ static int text_item(tide_api_out *o, item_kind kind, const char *text, size_t l
     out_item *it = &o->items[o->open];
     tide_sb_addn(&it->text, text, len);
     if (tide_sb_check(&it->text, "collecting output", st) != 0) return -1;
+    lp_attribute(o, (size_t)o->open);
     return o->stream ? o->api->delta(o, (size_t)o->open, text, len, st) : 0;
 }
 
@@ -143,7 +156,9 @@ static int on_pev(void *ud, const tide_pev *ev, tide_status *st) {
     case TIDE_PEV_REASONING: return text_item(o, IT_REASONING, ev->text, ev->len, st);
     case TIDE_PEV_CONTENT: return text_item(o, IT_TEXT, ev->text, ev->len, st);
     case TIDE_PEV_CALL_BEGIN: return open_item(o, IT_CALL, ev->call, st);
-    case TIDE_PEV_CALL_ARGS: return o->stream && o->open >= 0 ? o->api->delta(o, (size_t)o->open, ev->text, ev->len, st) : 0;
+    case TIDE_PEV_CALL_ARGS:
+        if (o->open >= 0) lp_attribute(o, (size_t)o->open);
+        return o->stream && o->open >= 0 ? o->api->delta(o, (size_t)o->open, ev->text, ev->len, st) : 0;
     case TIDE_PEV_CALL_END: return close_open(o, st);
     }
     return 0;

@@ -65,7 +65,9 @@ void tide_api_out_set_tap(tide_api_out *o, tide_pev_fn fn, void *ud);
  * choice (`last`) writes the closing usage chunk and [DONE]. */
 void tide_api_out_set_choice(tide_api_out *o, int index, int last);
 
-/* A generated token's log probability (Chat Completions logprobs): its raw
+/* A generated token's log probability (Chat Completions' logprobs;
+ * Completions' legacy logprobs object and Responses' output_text logprobs
+ * are written from the same entries): its raw
  * bytes, and the best alternatives' (alt_bytes[i] / alt_len[i] /
  * alt_logprob[i]). Recorded in order; streaming chunks carry the entries
  * recorded since the last chunk, the response all of them. Requests that

@@ -16,6 +16,8 @@ typedef struct out_item {
     size_t call;   /* IT_CALL: index among the turn's calls */
     tide_sb text;  /* reasoning or text (calls keep theirs in the parser) */
     char id[96];   /* Responses item id / tool call id */
+    size_t lp_lo, lp_hi; /* its logprob entries: lp_all[lp_lo, lp_hi) (out.c lp_attribute) */
+    int lp_set;
 } out_item;
 
 typedef enum { FIN_STOP, FIN_STOP_SEQ, FIN_LENGTH, FIN_TOOLS } fin_kind;
@@ -51,8 +53,14 @@ struct tide_api_out {
     void *tap_ud;
     int choice, last_choice; /* n > 1: this choice's index; whether it closes the stream */
     int logprobs;           /* the request asked for them */
-    json_t *lp_all, *lp_pending; /* logprob entries: all of them, not yet streamed */
+    json_t *lp_all, *lp_pending; /* logprob entries: all of them, not yet streamed (Chat) */
+    size_t lp_mark;         /* lp_all[0, lp_mark) belong to items (the token before its text) */
+    size_t lp_sent;         /* Completions / Responses: entries already streamed */
+    int64_t lp_off;         /* Completions: text_offset of the next streamed entry */
 };
+
+/* Logprob entry i ({token, logprob, bytes, top_logprobs}; NULL beyond). */
+static inline json_t *tide_out_lp(const tide_api_out *o, size_t i) { return o->lp_all ? json_array_get(o->lp_all, i) : NULL; }
 
 /* Sends one event: `obj` is consumed. Responses events get their
  * sequence_number here. */

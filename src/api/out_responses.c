@@ -4,7 +4,10 @@
  * response.output_text.delta / response.function_call_arguments.delta),
  * its done events and response.output_item.done; finally
  * response.completed, or response.incomplete when max_output_tokens ran
- * out, or response.failed. Every event carries a sequence_number. */
+ * out, or response.failed. Every event carries a sequence_number. With
+ * logprobs asked for (include "message.output_text.logprobs" or
+ * top_logprobs), output_text parts and their events carry the entries of
+ * their tokens ({token, logprob, bytes, top_logprobs}, as Chat's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +32,25 @@ static void item_id(const tide_api_out *o, size_t i, char *buf, size_t size) {
 
 static json_t *text_json(const out_item *it) { return tide_jstr(it->text.s ? it->text.s : "", it->text.len); }
 
+/* Logprob entries lp_all[lo, hi) as an array ([] when not asked for). */
+static json_t *lp_range(const tide_api_out *o, size_t lo, size_t hi) {
+    json_t *a = json_array();
+    for (size_t i = lo; a && o->logprobs && i < hi; i++)
+        if (json_array_append(a, tide_out_lp(o, i)) != 0) json_decref(a), a = NULL;
+    return a;
+}
+
+/* A text item's entries; the delta events' are those since the last one. */
+static json_t *item_lp(const tide_api_out *o, const out_item *it) {
+    return lp_range(o, it->lp_set ? it->lp_lo : 0, it->lp_set ? it->lp_hi : 0);
+}
+
+static json_t *delta_lp(tide_api_out *o, int text) {
+    json_t *a = lp_range(o, o->lp_sent, text ? o->lp_mark : o->lp_sent);
+    o->lp_sent = o->lp_mark;
+    return a;
+}
+
 /* An output item; `done` gives its final form. */
 static json_t *item_json(const tide_api_out *o, size_t i, int done) {
     const out_item *it = &o->items[i];
@@ -41,9 +63,9 @@ static json_t *item_json(const tide_api_out *o, size_t i, int done) {
                                 "type", "reasoning_text", "text", text_json(it))
                     : json_pack("{s:s, s:s, s:[], s:[]}", "id", id, "type", "reasoning", "summary", "content");
     case IT_TEXT:
-        return done ? json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:o, s:[]}]}", "id", id, "type", "message", "status",
-                                status, "role", "assistant", "content", "type", "output_text", "text", text_json(it),
-                                "annotations")
+        return done ? json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:o, s:[], s:o}]}", "id", id, "type", "message",
+                                "status", status, "role", "assistant", "content", "type", "output_text", "text",
+                                text_json(it), "annotations", "logprobs", item_lp(o, it))
                     : json_pack("{s:s, s:s, s:s, s:s, s:[]}", "id", id, "type", "message", "status", status, "role",
                                 "assistant", "content");
     case IT_CALL: {
@@ -93,14 +115,16 @@ static int delta(tide_api_out *o, size_t i, const char *text, size_t len, tide_s
     item_id(o, i, id, sizeof id);
     switch (o->items[i].kind) {
     case IT_REASONING:
+        json_decref(delta_lp(o, 0));
         return tide_out_event(o, "response.reasoning_text.delta",
                               json_pack("{s:s, s:I, s:i, s:o}", "item_id", id, "output_index", (json_int_t)i, "content_index", 0,
                                         "delta", tide_jstr(text, len)), st);
     case IT_TEXT:
         return tide_out_event(o, "response.output_text.delta",
-                              json_pack("{s:s, s:I, s:i, s:o, s:[]}", "item_id", id, "output_index", (json_int_t)i,
-                                        "content_index", 0, "delta", tide_jstr(text, len), "logprobs"), st);
+                              json_pack("{s:s, s:I, s:i, s:o, s:o}", "item_id", id, "output_index", (json_int_t)i,
+                                        "content_index", 0, "delta", tide_jstr(text, len), "logprobs", delta_lp(o, 1)), st);
     case IT_CALL:
+        json_decref(delta_lp(o, 0));
         return tide_out_event(o, "response.function_call_arguments.delta",
                               json_pack("{s:s, s:I, s:o}", "item_id", id, "output_index", (json_int_t)i, "delta",
                                         tide_jstr(text, len)), st);
@@ -119,12 +143,13 @@ static int close_item(tide_api_out *o, size_t i, tide_status *st) {
                                       "text", text_json(it)), st);
     } else if (it->kind == IT_TEXT) {
         rc = tide_out_event(o, "response.output_text.done",
-                            json_pack("{s:s, s:I, s:i, s:o, s:[]}", "item_id", id, "output_index", (json_int_t)i,
-                                      "content_index", 0, "text", text_json(it), "logprobs"), st);
+                            json_pack("{s:s, s:I, s:i, s:o, s:o}", "item_id", id, "output_index", (json_int_t)i,
+                                      "content_index", 0, "text", text_json(it), "logprobs", item_lp(o, it)), st);
         if (!rc)
             rc = tide_out_event(o, "response.content_part.done",
-                                json_pack("{s:s, s:I, s:i, s:{s:s, s:o, s:[]}}", "item_id", id, "output_index", (json_int_t)i,
-                                          "content_index", 0, "part", "type", "output_text", "text", text_json(it), "annotations"),
+                                json_pack("{s:s, s:I, s:i, s:{s:s, s:o, s:[], s:o}}", "item_id", id, "output_index",
+                                          (json_int_t)i, "content_index", 0, "part", "type", "output_text", "text",
+                                          text_json(it), "annotations", "logprobs", item_lp(o, it)),
                                 st);
     } else {
         size_t n;

@@ -56,8 +56,6 @@ static int refuse_unsupported(json_t *root, tide_api_err *err) {
         return tide_api_unsupported(err, "suffix", "suffix is not supported");
     if ((v = json_object_get(root, "best_of")) && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return tide_api_unsupported(err, "best_of", "only best_of = 1 is supported");
-    if ((v = json_object_get(root, "logprobs")) && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        return tide_api_unsupported(err, "logprobs", "log probabilities are not supported yet");
     return 0;
 }
 
@@ -74,7 +72,7 @@ int tide_convert_completions(json_t *root, tide_api_req *req, tide_api_err *err)
         tide_get_bool(root, "stream", "", &g->stream, err) || tide_get_object(root, "stream_options", "", &so, err) ||
         tide_get_bool(so, "include_usage", "stream_options", &g->include_usage, err) ||
         tide_read_sampling_extras(root, g, 1, err) || tide_get_seed(root, g, err) || refuse_unsupported(root, err) ||
-        read_prompt(root, req, err))
+        tide_read_completions_logprobs(root, g, err) || read_prompt(root, req, err))
         return -1;
     g->top_k = top_k < 0 ? 0 : (int)top_k;
     g->max_tokens = (int)max_tokens;

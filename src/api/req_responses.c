@@ -182,7 +182,7 @@ static int read_settings(tide_api_req *req, json_t *root, int *max_given, tide_a
         return -1;
     if (prev) return tide_api_unsupported(err, "previous_response_id", "not supported: tide keeps no response state");
     if (background) return tide_api_unsupported(err, "background", "background responses are not supported");
-    if (tide_get_seed(root, g, err)) return -1;
+    if (tide_get_seed(root, g, err) || tide_read_responses_logprobs(root, g, err)) return -1;
     if (tide_get_bool(root, "continue_final_message", "", &req->conv.continue_final, err)) return -1;
     g->top_k = top_k < 0 ? 0 : (int)top_k;
     g->max_tokens = (int)max_tokens;

@@ -83,3 +83,32 @@ int tide_read_chat_logprobs(json_t *root, tide_gen *g, int logprobs, tide_api_er
     g->top_logprobs = (int)top;
     return 0;
 }
+
+int tide_read_completions_logprobs(json_t *root, tide_gen *g, tide_api_err *err) {
+    json_t *v = json_object_get(root, "logprobs");
+    long long top = 0;
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_boolean(v)) return tide_api_bad(err, "logprobs", "expected an integer 0..%d (the legacy form), got boolean",
+                                                TIDE_GEN_MAX_TOP_LOGPROBS);
+    if (tide_get_int(root, "logprobs", "", 0, TIDE_GEN_MAX_TOP_LOGPROBS, &top, err)) return -1;
+    g->logprobs = 1;
+    g->top_logprobs = (int)top;
+    return 0;
+}
+
+int tide_read_responses_logprobs(json_t *root, tide_gen *g, tide_api_err *err) {
+    long long top = 0;
+    json_t *inc, *v;
+    size_t i;
+    char p[64];
+    if (tide_get_int(root, "top_logprobs", "", 0, TIDE_GEN_MAX_TOP_LOGPROBS, &top, err) ||
+        tide_get_array(root, "include", "", &inc, err))
+        return -1;
+    json_array_foreach(inc, i, v) {
+        if (!json_is_string(v)) return tide_api_bad(err, tide_path_idx(p, sizeof p, "include", i), "expected string");
+        if (!strcmp(json_string_value(v), "message.output_text.logprobs")) g->logprobs = 1;
+    }
+    if (top > 0) g->logprobs = 1;
+    g->top_logprobs = (int)top;
+    return 0;
+}

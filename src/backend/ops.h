@@ -156,6 +156,11 @@ struct tide_ops {
      * engine calls it right after loading the model. It refuses, before
      * allocating anything, a model that does not fit, saying by how much. */
     int (*bind_weights)(const tide_ops *self, const struct tide_st *ck, tide_status *st);
+    /* The ops return void: a backend that can fail (the CUDA table) records
+     * its first error (sticky) and reports it here: 0, or -1 with it. The
+     * engine asks after every forward pass and fails the pass's requests
+     * (engine.c run_forward). NULL: the backend cannot fail (the CPU). */
+    int (*error)(const tide_ops *self, tide_status *st);
 };
 
 /* The CPU backend (reference semantics, threaded over the pool). */

@@ -26,6 +26,14 @@ typedef struct tide_drive_result {
 int tide_drive(tide_engine *e, tide_recorder *rec, const tide_workload *w, int64_t lo, int64_t hi,
                tide_drive_result *out, tide_status *st);
 
+/* As tide_drive, with at most `window` requests in flight (0: all at
+ * once): request i + window is submitted when one finishes, so each
+ * request's TTFT counts from its own submission, not from a queue
+ * (window 1: one request at a time, as `tide bench serve --concurrency 1`
+ * sends them). */
+int tide_drive_window(tide_engine *e, tide_recorder *rec, const tide_workload *w, int64_t lo, int64_t hi,
+                      int64_t window, tide_drive_result *out, tide_status *st);
+
 /* The second half of tide_drive, for callers that submitted their own
  * requests (slot = the recorder's): steps until idle, releasing finished
  * requests, adding to *out; out->wall is measured from t0

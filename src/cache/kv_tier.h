@@ -25,6 +25,8 @@ typedef struct tide_kv_page {
     uint64_t chain;        /* the prefix cache's chain hash of the page (prefix.h) */
     uint8_t *data;         /* [n_bytes]: put reads it, get fills it */
     int64_t n_bytes;
+    int klass;             /* put: the store class (TIDE_KV_CHAT / TIDE_KV_AGENT, kvstore.h) of the
+                            * request's pages, or -1: the tier's default */
 } tide_kv_page;
 
 typedef struct tide_kv_tier {
@@ -39,6 +41,17 @@ typedef struct tide_kv_tier {
      * written, so that another process can read it (tide route's
      * disaggregated prefill). Not called by the scheduler. */
     void (*flush)(void *ctx);
+    /* Optional (NULL: get reads at once, and may wait for the disk). Starts
+     * reading, in the background, up to n_pages consecutive pages of a
+     * prefix, the first being pg's (pg->n_tokens = its end; pg->tokens must
+     * hold n_pages more pages of tokens, copied), stopping at the first
+     * miss; the pages found wait for get, which then does no I/O. Returns
+     * a ticket (> 0), 0 when nothing was started. Must return at once. */
+    uint64_t (*prefetch)(void *ctx, const tide_kv_page *pg, int64_t n_pages);
+    /* Whether the ticket's reads are done, waiting up to wait_s seconds. */
+    int (*ready)(void *ctx, uint64_t ticket, double wait_s);
+    /* Forgets a ticket (done or not); pages get did not take are dropped. */
+    void (*forget)(void *ctx, uint64_t ticket);
 } tide_kv_tier;
 
 #endif

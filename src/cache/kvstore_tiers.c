@@ -19,18 +19,31 @@
 typedef struct hpage { /* a page in the host LRU or the write queue */
     tide_kvs_key key;
     uint64_t chain, bytes;
+    int klass;                 /* TIDE_KV_CHAT ..., or -1: the tiers' own */
     void *data;
     struct hpage *next, *prev; /* LRU (most recent at head) or queue order */
     struct hpage *chain_next;  /* host hash bucket */
 } hpage;
 
+/* A prefetch: a prefix's pages to read ahead, and those found. */
+typedef struct pjob {
+    uint64_t ticket, salt;
+    int32_t *tokens;           /* the prefix up to the last page wanted */
+    int64_t first_end, page_tokens, n_pages, n_bytes;
+    int done;
+    hpage *staged;             /* pages read, in order (chain_next) */
+    struct pjob *next;
+} pjob;
+
 struct tide_kvtiers {
     tide_kvtiers_cfg cfg;
     tide_kv_tier hooks;
     pthread_mutex_t mu;
-    pthread_cond_t cv, idle;
-    pthread_t thread;
-    int thread_on, quit, busy;
+    pthread_cond_t cv, idle, rcv; /* rcv: the reader's work, and tickets done */
+    pthread_t thread, reader;
+    int thread_on, reader_on, quit, busy;
+    pjob *jobs;                /* prefetches, newest first */
+    uint64_t next_ticket;
     hpage *q_head, *q_tail; /* write queue */
     uint64_t q_bytes;
     hpage *lru_head, *lru_tail;
@@ -106,7 +119,9 @@ static void host_keep(tide_kvtiers *t, hpage *p) {
 static void write_page(tide_kvtiers *t, hpage *p) {
     for (int i = 0; i < t->cfg.n_stores; i++) {
         tide_status st = {0};
-        if (tide_kvstore_put(t->cfg.stores[i], p->key, p->chain, p->data, p->bytes, t->cfg.klass, t->cfg.ttl_s, &st) != 0) {
+        int own = p->klass < 0; /* a request's class has its class's TTL */
+        if (tide_kvstore_put(t->cfg.stores[i], p->key, p->chain, p->data, p->bytes, own ? t->cfg.klass : p->klass,
+                             own ? t->cfg.ttl_s : 0, &st) != 0) {
             t->stats.write_errors++; /* this tier is full or down: the next one still gets the page */
             tide_log(TIDE_LOG_WARN, "kv tiers: store %d: %s", i, st.msg);
         } else t->stats.written++;
@@ -158,6 +173,179 @@ static void *writer(void *arg) {
     return NULL;
 }
 
+/* ---- read-ahead (the reader thread) -------------------------------------- */
+
+/* A page from the host LRU (under mu): 1 if it is there (refreshed). */
+static int host_get(tide_kvtiers *t, tide_kvs_key k, void *data, uint64_t bytes) {
+    hpage *p = host_find(t, k);
+    if (!p || p->bytes != bytes) return 0;
+    memcpy(data, p->data, bytes);
+    lru_unlink(t, p);
+    lru_front(t, p);
+    t->stats.host_hits++;
+    return 1;
+}
+
+/* A page from the stores in lookup order (no lock held; the stores lock
+ * themselves): the store's index, or -1 (a miss, counted). A page of
+ * another size is another layout's: a miss. */
+static int stores_get(tide_kvtiers *t, tide_kvs_key k, void *data, uint64_t bytes) {
+    int found_in = -1;
+    for (int i = 0; i < t->cfg.n_stores && found_in < 0; i++) {
+        uint64_t got = 0;
+        int found = 0;
+        tide_status st = {0};
+        if (tide_kvstore_get(t->cfg.stores[i], k, data, bytes, &got, &found, &st) == 0 && found && got == bytes)
+            found_in = i;
+    }
+    pthread_mutex_lock(&t->mu);
+    if (found_in >= 0) t->stats.store_hits[found_in]++;
+    else t->stats.misses++;
+    pthread_mutex_unlock(&t->mu);
+    return found_in;
+}
+
+/* One page from the host LRU or the stores (no lock held on entry). */
+static int read_page(tide_kvtiers *t, tide_kvs_key k, void *data, uint64_t bytes) {
+    pthread_mutex_lock(&t->mu);
+    int hit = host_get(t, k, data, bytes);
+    pthread_mutex_unlock(&t->mu);
+    return hit || stores_get(t, k, data, bytes) >= 0;
+}
+
+static void run_job(tide_kvtiers *t, pjob *j) {
+    uint64_t bytes = (uint64_t)j->n_bytes;
+    hpage **tail = &j->staged;
+    for (int64_t i = 0; i < j->n_pages; i++) {
+        int64_t end = j->first_end + i * j->page_tokens;
+        hpage *p = calloc(1, sizeof *p);
+        if (p) p->data = malloc(bytes);
+        if (!p || !p->data) {
+            if (p) free(p);
+            break;
+        }
+        p->key = tide_kv_page_key(t->cfg.fingerprint, j->salt, j->tokens, end);
+        p->bytes = bytes;
+        if (!read_page(t, p->key, p->data, bytes)) {
+            free(p->data);
+            free(p);
+            break;
+        }
+        pthread_mutex_lock(&t->mu);
+        *tail = p; /* visible to get at once: the engine may take it */
+        tail = &p->chain_next;
+        t->stats.prefetched++;
+        pthread_mutex_unlock(&t->mu);
+    }
+}
+
+static void *reader(void *arg) {
+    tide_kvtiers *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        pjob *j = NULL;
+        for (pjob *x = t->jobs; x; x = x->next)
+            if (!x->done) j = x; /* the oldest first */
+        if (!j) {
+            if (t->quit) break;
+            pthread_cond_wait(&t->rcv, &t->mu);
+            continue;
+        }
+        j->done = -1; /* running: forget waits for it */
+        pthread_mutex_unlock(&t->mu);
+        run_job(t, j);
+        pthread_mutex_lock(&t->mu);
+        j->done = 1;
+        pthread_cond_broadcast(&t->rcv);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static void free_staged(hpage *p) {
+    while (p) {
+        hpage *n = p->chain_next;
+        free(p->data);
+        free(p);
+        p = n;
+    }
+}
+
+static uint64_t prefetch_hook(void *ctx, const tide_kv_page *pg, int64_t n_pages) {
+    tide_kvtiers *t = ctx;
+    if (!t->reader_on || n_pages <= 0) return 0;
+    pjob *j = calloc(1, sizeof *j);
+    if (j) j->tokens = malloc((size_t)(pg->n_tokens + (n_pages - 1) * pg->page_tokens) * sizeof *j->tokens);
+    if (!j || !j->tokens) {
+        if (j) free(j);
+        return 0; /* get reads at admission instead */
+    }
+    memcpy(j->tokens, pg->tokens, (size_t)(pg->n_tokens + (n_pages - 1) * pg->page_tokens) * sizeof *j->tokens);
+    j->salt = pg->salt;
+    j->first_end = pg->n_tokens;
+    j->page_tokens = pg->page_tokens;
+    j->n_pages = n_pages;
+    j->n_bytes = pg->n_bytes;
+    pthread_mutex_lock(&t->mu);
+    j->ticket = ++t->next_ticket;
+    j->next = t->jobs;
+    t->jobs = j;
+    t->stats.prefetches++;
+    pthread_cond_broadcast(&t->rcv);
+    pthread_mutex_unlock(&t->mu);
+    return j->ticket;
+}
+
+static pjob *find_job(tide_kvtiers *t, uint64_t ticket) {
+    for (pjob *j = t->jobs; j; j = j->next)
+        if (j->ticket == ticket) return j;
+    return NULL;
+}
+
+static int ready_hook(void *ctx, uint64_t ticket, double wait_s) {
+    tide_kvtiers *t = ctx;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double ns = (double)until.tv_nsec + wait_s * 1e9;
+    until.tv_sec += (time_t)(ns / 1e9);
+    until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+    pthread_mutex_lock(&t->mu);
+    pjob *j;
+    while ((j = find_job(t, ticket)) != NULL && j->done != 1 && wait_s > 0)
+        if (pthread_cond_timedwait(&t->rcv, &t->mu, &until) != 0) break;
+    int r = !j || j->done == 1;
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+static void forget_hook(void *ctx, uint64_t ticket) {
+    tide_kvtiers *t = ctx;
+    pthread_mutex_lock(&t->mu);
+    pjob *j = find_job(t, ticket);
+    while (j && j->done == -1) pthread_cond_wait(&t->rcv, &t->mu); /* the reader is filling it */
+    pjob **pp = &t->jobs;
+    while (j && *pp != j) pp = &(*pp)->next;
+    if (j) *pp = j->next;
+    pthread_mutex_unlock(&t->mu);
+    if (!j) return;
+    free_staged(j->staged);
+    free(j->tokens);
+    free(j);
+}
+
+/* A staged page (under mu): taken out of its job. */
+static hpage *take_staged(tide_kvtiers *t, tide_kvs_key k, uint64_t bytes) {
+    for (pjob *j = t->jobs; j; j = j->next)
+        for (hpage **pp = &j->staged; *pp; pp = &(*pp)->chain_next) {
+            hpage *p = *pp;
+            if (p->key.hi != k.hi || p->key.lo != k.lo || p->bytes != bytes) continue;
+            *pp = p->chain_next;
+            p->chain_next = NULL;
+            return p;
+        }
+    return NULL;
+}
+
 /* ---- the hooks ------------------------------------------------------------ */
 
 static void put_hook(void *ctx, const tide_kv_page *pg) {
@@ -180,6 +368,7 @@ static void put_hook(void *ctx, const tide_kv_page *pg) {
     p->key = tide_kv_page_key(t->cfg.fingerprint, pg->salt, pg->tokens, pg->n_tokens);
     p->chain = pg->chain;
     p->bytes = bytes;
+    p->klass = pg->klass >= 0 && pg->klass < TIDE_KV_CLASSES ? pg->klass : -1;
     memcpy(p->data, pg->data, bytes);
     if (t->q_tail) t->q_tail->next = p;
     else t->q_head = p;
@@ -197,39 +386,30 @@ static int get_hook(void *ctx, tide_kv_page *pg) {
     uint64_t bytes = (uint64_t)pg->n_bytes;
     tide_kvs_key k = tide_kv_page_key(t->cfg.fingerprint, pg->salt, pg->tokens, pg->n_tokens);
     pthread_mutex_lock(&t->mu);
-    hpage *p = host_find(t, k);
-    if (p && p->bytes == bytes) {
-        memcpy(pg->data, p->data, bytes);
-        lru_unlink(t, p);
-        lru_front(t, p);
-        t->stats.host_hits++;
+    hpage *s = take_staged(t, k, bytes);
+    if (s) { /* read ahead: no I/O now; kept in the host LRU like any store hit */
+        memcpy(pg->data, s->data, bytes);
+        s->chain = pg->chain;
+        t->stats.staged_hits++;
+        host_keep(t, s);
         pthread_mutex_unlock(&t->mu);
         return 1;
     }
+    int hit = host_get(t, k, pg->data, bytes);
     pthread_mutex_unlock(&t->mu);
-    for (int i = 0; i < t->cfg.n_stores; i++) {
-        uint64_t got = 0;
-        int found = 0;
-        tide_status st = {0};
-        if (tide_kvstore_get(t->cfg.stores[i], k, pg->data, bytes, &got, &found, &st) != 0 || !found || got != bytes)
-            continue; /* a page of another size is another layout's: a miss */
-        pthread_mutex_lock(&t->mu);
-        t->stats.store_hits[i]++;
-        hpage *c = t->cfg.host_bytes >= bytes ? calloc(1, sizeof *c) : NULL;
-        if (c && (c->data = malloc(bytes)) != NULL) {
-            c->key = k;
-            c->chain = pg->chain;
-            c->bytes = bytes;
-            memcpy(c->data, pg->data, bytes);
-            host_keep(t, c);
-        } else free(c);
-        pthread_mutex_unlock(&t->mu);
-        return 1;
-    }
-    pthread_mutex_lock(&t->mu);
-    t->stats.misses++;
+    if (hit) return 1;
+    if (stores_get(t, k, pg->data, bytes) < 0) return 0;
+    pthread_mutex_lock(&t->mu); /* a store hit is kept in the host LRU */
+    hpage *c = t->cfg.host_bytes >= bytes ? calloc(1, sizeof *c) : NULL;
+    if (c && (c->data = malloc(bytes)) != NULL) {
+        c->key = k;
+        c->chain = pg->chain;
+        c->bytes = bytes;
+        memcpy(c->data, pg->data, bytes);
+        host_keep(t, c);
+    } else free(c);
     pthread_mutex_unlock(&t->mu);
-    return 0;
+    return 1;
 }
 
 int tide_kvtiers_create(const tide_kvtiers_cfg *cfg, tide_kvtiers **out, tide_status *st) {
@@ -242,15 +422,21 @@ int tide_kvtiers_create(const tide_kvtiers_cfg *cfg, tide_kvtiers **out, tide_st
     if (!t->cfg.queue_bytes) t->cfg.queue_bytes = 256u << 20;
     if (!t->cfg.sweep_s) t->cfg.sweep_s = 600;
     t->last_sweep = (int64_t)time(NULL);
-    t->hooks = (tide_kv_tier){t, put_hook, get_hook, flush_hook};
+    t->hooks = (tide_kv_tier){t, put_hook, get_hook, flush_hook, prefetch_hook, ready_hook, forget_hook};
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     pthread_cond_init(&t->idle, NULL);
+    pthread_cond_init(&t->rcv, NULL);
     if (pthread_create(&t->thread, NULL, writer, t) != 0) {
         tide_kvtiers_destroy(t);
         return tide_fail(st, TIDE_ERR_NOMEM, "kv tiers: cannot start the writer thread");
     }
     t->thread_on = 1;
+    if (pthread_create(&t->reader, NULL, reader, t) != 0) {
+        tide_kvtiers_destroy(t);
+        return tide_fail(st, TIDE_ERR_NOMEM, "kv tiers: cannot start the reader thread");
+    }
+    t->reader_on = 1;
     *out = t;
     return 0;
 }
@@ -270,7 +456,18 @@ void tide_kvtiers_destroy(tide_kvtiers *t) {
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
     }
+    if (t->reader_on) {
+        pthread_mutex_lock(&t->mu);
+        t->quit = 1;
+        for (pjob *j = t->jobs; j; j = j->next)
+            if (!j->done) j->done = 1; /* not started: nothing to read any more */
+        pthread_cond_broadcast(&t->rcv);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->reader, NULL);
+    }
+    while (t->jobs) forget_hook(t, t->jobs->ticket);
     while (t->lru_head) host_drop(t, t->lru_head);
+    pthread_cond_destroy(&t->rcv);
     pthread_cond_destroy(&t->cv);
     pthread_cond_destroy(&t->idle);
     pthread_mutex_destroy(&t->mu);
@@ -284,6 +481,10 @@ void tide_kvtiers_get_stats(tide_kvtiers *t, tide_kvtiers_stats *out) {
     *out = t->stats;
     out->host_bytes = (int64_t)t->host_used;
     pthread_mutex_unlock(&t->mu);
+}
+
+tide_kvstore *tide_kvtiers_store(const tide_kvtiers *t, int i) {
+    return t && i >= 0 && i < t->cfg.n_stores ? t->cfg.stores[i] : NULL;
 }
 
 /* ---- the model's fingerprint ---------------------------------------------- */

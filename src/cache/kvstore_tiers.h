@@ -3,12 +3,18 @@
  * local SSD tier, then the shared store: kvstore.h). Implements the
  * scheduler's tide_kv_tier (kv_tier.h):
  *   - put copies the page into a write queue and returns; a writer thread
+ *     (the page's traffic class is its request's, tide_request.kv_class,
+ *     else the tiers' klass);
  *     writes it to every store (a store that fails, a full disk or a node
  *     gone, is skipped: the others still get the page; serving goes on),
  *     then keeps it in the host LRU. A full queue drops the page (counted):
  *     the request is never made to wait;
  *   - get looks in the host LRU, then each store in order; a store hit is
  *     kept in the host LRU;
+ *   - prefetch hands a request's missing pages to a reader thread, which
+ *     reads them (host LRU, then the stores) ahead of its admission into
+ *     a staging list that get looks in first, so the engine thread never
+ *     waits for the disk (ready says when a ticket's reads are done);
  *   - the writer thread also runs the stores' expiry sweep (gc) every
  *     sweep_s seconds and repairs pages reads found degraded.
  * A page's key: XXH3-128 of the prefix's token ids, seeded by the tenant's
@@ -33,6 +39,7 @@ typedef struct tide_kvtiers_cfg {
 
 typedef struct tide_kvtiers_stats {
     int64_t host_hits, store_hits[4], misses;
+    int64_t prefetches, prefetched, staged_hits; /* tickets, pages read ahead, gets served from them */
     int64_t queued, written, write_errors, dropped;
     int64_t host_pages, host_bytes, host_evictions;
     int64_t sweeps;
@@ -48,6 +55,8 @@ void tide_kvtiers_flush(tide_kvtiers *t);
 /* The hooks for tide_engine_config.kv_tier (valid while t lives). */
 const tide_kv_tier *tide_kvtiers_hooks(tide_kvtiers *t);
 void tide_kvtiers_get_stats(tide_kvtiers *t, tide_kvtiers_stats *out);
+/* Store i of the lookup order (NULL beyond), for its own statistics. */
+tide_kvstore *tide_kvtiers_store(const tide_kvtiers *t, int i);
 
 /* The store key of a page (see above). */
 tide_kvs_key tide_kv_page_key(uint64_t fingerprint, uint64_t salt, const int32_t *tokens, int64_t n_tokens);

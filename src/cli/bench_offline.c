@@ -28,11 +28,12 @@ static void usage(FILE *f) {
             "usage: tide bench offline --model DIR|synth:SHAPE [options]\n"
             "       tide bench offline --model DIR|synth:SHAPE --input FILE.jsonl [options]\n"
             "\n"
-            "Submits a workload to the engine at once and steps until it is done. Prints\n"
-            "requests/s, prompt and generated tokens/s over the wall time from the first\n"
-            "submission to the end (model load and reading the input excluded), TTFT\n"
-            "p50/p90/p99 (submission to first token event), inter-token latency p50/p99,\n"
-            "steps and the mean batch. The prefix cache is on, as in the engine's default.\n"
+            "Submits a workload to the engine at once (or --concurrency C at a time) and\n"
+            "steps until it is done. Prints requests/s, prompt and generated tokens/s over\n"
+            "the wall time from the first submission to the end (model load and reading the\n"
+            "input excluded), TTFT p50/p90/p99 (each request's submission to its first token\n"
+            "event), inter-token latency p50/p99, steps and the mean batch. The prefix cache\n"
+            "is on, as in the engine's default.\n"
             "\n"
             "Generated workload (default): N requests with random prompts (lengths uniform\n"
             "in A..B) and greedy decoding of exactly G tokens each (no stop tokens; random\n"
@@ -54,13 +55,18 @@ static void usage(FILE *f) {
             "  --requests N         requests (default 16)\n"
             "  --prompt-len A[-B]   prompt tokens, uniform in A..B (default 16-64)\n"
             "  --gen G              tokens to generate per request (default 16; with --input,\n"
-            "                       for lines without \"max_tokens\")\n");
+            "                       for lines without \"max_tokens\")\n"
+            "  --concurrency C      at most C requests in flight: the next is submitted when one\n"
+            "                       finishes, so TTFT counts from its own submission, not from a\n"
+            "                       queue (1: one at a time, as 'tide bench serve --concurrency 1';\n"
+            "                       default: all at once; not with --input)\n"
+            "  --ttft-out FILE      one line per request: its index and TTFT in seconds\n");
     tide_bench_engine_help(f);
 }
 
 typedef struct offline_opts {
-    const char *model, *input;
-    int64_t requests, len[2], gen;
+    const char *model, *input, *ttft_out;
+    int64_t requests, len[2], gen, concurrency;
     bench_engine_opts eng;
 } offline_opts;
 
@@ -145,6 +151,14 @@ static int drive_jsonl(tide_engine *e, tide_recorder *rec, const jsonl_workload 
     return tide_drive_until_idle(e, rec, t0, out, st);
 }
 
+/* --ttft-out: "index seconds" per request that got a first token. */
+static int write_ttft(const char *path, const tide_recorder *rec, tide_status *st) {
+    FILE *f = fopen(path, "w");
+    if (!f) return tide_fail(st, TIDE_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    for (int64_t i = 0; i < rec->n_ttft; i++) fprintf(f, "%lld %.9f\n", (long long)rec->ttft_slot[i], rec->ttft[i]);
+    return fclose(f) == 0 ? 0 : tide_fail(st, TIDE_ERR_IO, "writing %s failed", path);
+}
+
 static void print_ms(const char *label, double *v, int64_t n, const double *ps, int nps) {
     tide_stats_sort(v, n);
     printf("  %-16s", label);
@@ -165,6 +179,7 @@ static void report(const offline_opts *o, const summary *w, tide_recorder *rec, 
     printf(", prompt %lld-%lld tokens (%lld in all), ", (long long)w->len_lo, (long long)w->len_hi,
            (long long)w->total_prompt);
     if (!o->input) printf("%lld generated each, ", (long long)o->gen);
+    if (o->concurrency) printf("concurrency %lld, ", (long long)o->concurrency);
     printf("seed %lld, threads %lld\n", (long long)o->eng.seed, (long long)o->eng.threads);
     printf("  wall             %.3f s\n", wall);
     printf("  requests/s       %.3f\n", (double)rec->n_finished / wall);
@@ -190,20 +205,23 @@ int tide_bench_offline(int argc, char **argv) {
     /* --requests and --prompt-len start at 0 = not given, so that --input can refuse them */
     offline_opts o = {.gen = 16};
     tide_bench_engine_defaults(&o.eng);
-    bench_opt t[5 + BENCH_ENGINE_OPTS + 1] = {
+    bench_opt t[7 + BENCH_ENGINE_OPTS + 1] = {
         {"--model", BENCH_STR, &o.model, 0, 0},
         {"--input", BENCH_STR, &o.input, 0, 0},
         {"--requests", BENCH_INT, &o.requests, 1, 1000000},
         {"--prompt-len", BENCH_RANGE, o.len, 1, 1 << 24},
         {"--gen", BENCH_INT, &o.gen, 1, 1 << 24},
+        {"--concurrency", BENCH_INT, &o.concurrency, 1, 1000000},
+        {"--ttft-out", BENCH_STR, &o.ttft_out, 0, 0},
     };
-    int nt = 5;
+    int nt = 7;
     tide_bench_engine_table(&o.eng, t, &nt);
     int rc = tide_bench_parse("offline", argc, argv, t, usage);
     if (rc >= 0) return rc;
     if (!o.model) return tide_bench_usage_error("offline", usage, "--model is required");
     if (o.input && (o.requests || o.len[0]))
         return tide_bench_usage_error("offline", usage, "--input replaces --requests and --prompt-len");
+    if (o.input && o.concurrency) return tide_bench_usage_error("offline", usage, "--concurrency is for the generated workload");
     if (!o.requests) o.requests = DEFAULT_REQUESTS;
     if (!o.len[0]) {
         o.len[0] = DEFAULT_LEN_LO;
@@ -236,12 +254,14 @@ int tide_bench_offline(int argc, char **argv) {
     c.event_ctx = &rec;
     if (strncmp(o.model, "synth:", 6) != 0) c.model_dir = o.model; /* its EOS ids (a synth: shape has none) */
     if (tide_engine_create_with_model(&c, m, &e, &st) != 0) goto done;
-    if ((o.input ? drive_jsonl(e, &rec, &jw, &d, &st) : tide_drive(e, &rec, &w, 0, w.n, &d, &st)) != 0) goto done;
+    if ((o.input ? drive_jsonl(e, &rec, &jw, &d, &st) : tide_drive_window(e, &rec, &w, 0, w.n, o.concurrency, &d, &st)) != 0)
+        goto done;
     if (rec.n_errors) {
         tide_fail(&st, TIDE_ERR_INTERNAL, "%lld requests failed; the first: %s", (long long)rec.n_errors,
                   rec.first_error);
         goto done;
     }
+    if (o.ttft_out && write_ttft(o.ttft_out, &rec, &st) != 0) goto done;
     report(&o, &sum, &rec, &d, e, m);
     if (c.spec_mode > 0) {
         tide_engine_stats es;

@@ -9,6 +9,7 @@
  * time to [DONE]. With --offline the same workload then runs through `tide
  * bench offline` in this process, for the ratio (stop the server first, or
  * the two share the cores). */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,11 +53,15 @@ static void usage(FILE *f) {
             "  --offline            then run the same workload through 'tide bench offline'\n"
             "                       in this process (with --threads T, --max-seqs S, --step-tokens K)\n"
             "  --threads T, --max-seqs S, --step-tokens K  for --offline (bench offline's\n"
-            "                       defaults; start the server with the same values)\n");
+            "                       defaults; start the server with the same values); --offline\n"
+            "                       also gets --concurrency (each TTFT from its own submission)\n"
+            "  --ttft-out FILE      one line per request: its index, TTFT in seconds, and when it was\n"
+            "                       sent and its first chunk came (monotonic seconds); with\n"
+            "                       --offline, bench offline's (index, TTFT) go to FILE.offline\n");
 }
 
 typedef struct serve_bench {
-    const char *url, *model, *key;
+    const char *url, *model, *key, *ttft_out;
     int64_t requests, len[2], gen, seed, concurrency, rate, threads, max_seqs, step_tokens;
     int offline;
 } serve_bench;
@@ -257,9 +262,21 @@ static void report(const serve_bench *o, const tide_workload *w, results *r) {
     printf("  errors           %lld\n", (long long)r->errors);
 }
 
+/* --ttft-out: "index seconds start first" per request that got a first
+ * chunk (start and first: CLOCK_MONOTONIC seconds, the server's clock too
+ * on the same machine: tools/bench/serve_overhead.py). */
+static int write_ttft(const char *path, const tide_workload *w, const breq *rs, tide_status *st) {
+    FILE *f = fopen(path, "w");
+    if (!f) return tide_fail(st, TIDE_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    for (int64_t i = 0; i < w->n; i++)
+        if (rs[i].t_first > 0)
+            fprintf(f, "%lld %.9f %.6f %.6f\n", (long long)i, rs[i].t_first - rs[i].t_start, rs[i].t_start, rs[i].t_first);
+    return fclose(f) == 0 ? 0 : tide_fail(st, TIDE_ERR_IO, "writing %s failed", path);
+}
+
 /* The same workload through `tide bench offline`. */
 static int run_offline(const serve_bench *o) {
-    char req[32], len[48], gen[32], seed[32], thr[32], seqs[32], step[32];
+    char req[32], len[48], gen[32], seed[32], thr[32], seqs[32], step[32], conc[32], *tout = NULL;
     snprintf(req, sizeof req, "%lld", (long long)o->requests);
     snprintf(len, sizeof len, "%lld-%lld", (long long)o->len[0], (long long)o->len[1]);
     snprintf(gen, sizeof gen, "%lld", (long long)o->gen);
@@ -267,10 +284,23 @@ static int run_offline(const serve_bench *o) {
     snprintf(thr, sizeof thr, "%lld", (long long)o->threads);
     snprintf(seqs, sizeof seqs, "%lld", (long long)o->max_seqs);
     snprintf(step, sizeof step, "%lld", (long long)o->step_tokens);
-    char *argv[] = {"offline", "--model", (char *)o->model, "--requests", req, "--prompt-len", len, "--gen", gen,
-                    "--seed", seed, "--threads", thr, "--max-seqs", seqs, "--step-tokens", step, NULL};
+    char *argv[24] = {"offline", "--model", (char *)o->model, "--requests", req, "--prompt-len", len, "--gen", gen,
+                      "--seed", seed, "--threads", thr, "--max-seqs", seqs, "--step-tokens", step};
+    int argc = 17;
+    if (o->concurrency > 0) {
+        snprintf(conc, sizeof conc, "%lld", (long long)o->concurrency);
+        argv[argc++] = "--concurrency", argv[argc++] = conc;
+    }
+    if (o->ttft_out) {
+        size_t n = strlen(o->ttft_out) + sizeof ".offline";
+        if (!(tout = malloc(n))) return TIDE_EXIT_FAIL;
+        snprintf(tout, n, "%s.offline", o->ttft_out);
+        argv[argc++] = "--ttft-out", argv[argc++] = tout;
+    }
     fflush(stdout);
-    return tide_bench_offline((int)(sizeof argv / sizeof argv[0]) - 1, argv);
+    int rc = tide_bench_offline(argc, argv);
+    free(tout);
+    return rc;
 }
 
 int tide_bench_serve(int argc, char **argv) {
@@ -289,6 +319,7 @@ int tide_bench_serve(int argc, char **argv) {
         {"--concurrency", BENCH_INT, &o.concurrency, 1, 1000000},
         {"--rate", BENCH_INT, &o.rate, 1, 1000000},
         {"--offline", BENCH_FLAG, &o.offline, 0, 0},
+        {"--ttft-out", BENCH_STR, &o.ttft_out, 0, 0},
         {"--threads", BENCH_INT, &o.threads, 1, 1024},
         {"--max-seqs", BENCH_INT, &o.max_seqs, 1, 1 << 16},
         {"--step-tokens", BENCH_INT, &o.step_tokens, 1, 1 << 24},
@@ -323,6 +354,7 @@ int tide_bench_serve(int argc, char **argv) {
         goto done;
     }
     report(&o, &w, &res);
+    if (o.ttft_out && write_ttft(o.ttft_out, &w, rs, &st) != 0) goto done;
     if (res.errors) {
         tide_fail(&st, TIDE_ERR_IO, "%lld requests failed; the first: %s", (long long)res.errors, res.first_error);
         goto done;

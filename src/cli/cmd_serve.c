@@ -33,9 +33,10 @@ static void usage(FILE *f) {
             "                       exact kernels, staged through the host: docs/gpu.md)\n"
             "  --host ADDR          IPv4 or IPv6 address to listen on (default 127.0.0.1)\n"
             "  --port N             TCP port (default 8000; 0 = any free port, printed)\n"
-            "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
-            "                       on /v1/*, /tokenize, /detokenize (default: $TIDE_API_KEY,\n"
-            "                       else no auth)\n"
+            "  --api-key KEY[:CLASS]  require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
+            "                       on /v1/*, /tokenize, /detokenize; repeat for several keys;\n"
+            "                       CLASS chat|agent: the KV store class of the key's requests\n"
+            "                       (default: $TIDE_API_KEY, a comma-separated list, else no auth)\n"
             "  --served-model-name NAME  the model id in /v1/models (default: DIR's name)\n"
             "  --tokenizer FILE     tokenizer.json (default DIR/tokenizer.json)\n"
             "  --max-body BYTES     request body limit, 413 beyond (default 33554432)\n"
@@ -54,15 +55,17 @@ static void usage(FILE *f) {
             "                       turns on the chunking-invariant mode; same tokens as off\n"
             "                       (docs/spec.md)\n");
     kv_run_help(f);
-    fprintf(f, "  (a request with the header x-tide-kv-flush is answered once its pages are written:\n"
-               "  tide route's prefill leg, docs/route.md)\n");
+    fprintf(f, "  (a request's \"kv_class\": \"chat\"|\"agent\" field picks its pages' class; else its\n"
+               "  API key's, else --kv-class; a request with the header x-tide-kv-flush is answered\n"
+               "  once its pages are written: tide route's prefill leg, docs/route.md)\n");
 }
 
 typedef struct serve_opts {
     tide_serve_config cfg;
     const char *backend;
     double drain_s;
-    kv_run_opts kv; /* the persistent KV store's flags (kv_run.c) */
+    kv_run_opts kv;  /* the persistent KV store's flags (kv_run.c) */
+    char keys[4096]; /* --api-key, repeated: "KEY[:CLASS],..." */
 } serve_opts;
 
 static int num(const char *flag, const char *v, double lo, double hi, double *out) {
@@ -114,7 +117,15 @@ static int parse(int argc, char **argv, serve_opts *o) {
         }
         else if (!strcmp(a, "--backend")) o->backend = v;
         else if (!strcmp(a, "--host")) c->host = v;
-        else if (!strcmp(a, "--api-key")) c->api_key = v;
+        else if (!strcmp(a, "--api-key")) {
+            size_t l = strlen(o->keys);
+            if (!*v || strchr(v, ',') || l + strlen(v) + 2 > sizeof o->keys) {
+                fprintf(stderr, "tide serve: --api-key '%s': empty, holds a comma, or the keys are too long\n", v);
+                return -1;
+            }
+            snprintf(o->keys + l, sizeof o->keys - l, "%s%s", l ? "," : "", v);
+            c->api_key = o->keys;
+        }
         else if (!strcmp(a, "--served-model-name")) c->model_name = v;
         else if (!strcmp(a, "--tokenizer")) c->tokenizer = v;
         else if (!strcmp(a, "--port")) {
@@ -208,6 +219,7 @@ int tide_cmd_serve(int argc, char **argv) {
         tide_cli_backend_close(&be);
         return TIDE_EXIT_FAIL;
     }
+    o.cfg.kv_tiers = kv_run_tiers(kv); /* /metrics reads the tiers' counters */
     tide_server *s;
     if (tide_server_start(&o.cfg, &s, &st) != 0) {
         fprintf(stderr, "tide serve: %s\n", st.msg);

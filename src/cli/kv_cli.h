@@ -47,5 +47,7 @@ typedef struct kv_run kv_run;
  * c->model_dir and c's layout) and the tiers and sets c->kv_tier; else
  * *out = NULL. */
 int kv_run_open(const kv_run_opts *o, tide_engine_config *c, kv_run **out, tide_status *st);
+/* The tiers (for their statistics), NULL for NULL. */
+struct tide_kvtiers *kv_run_tiers(const kv_run *r);
 /* Writes what is queued, prints the tiers' figures on stderr, closes. */
 void kv_run_close(kv_run *r);

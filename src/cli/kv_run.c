@@ -92,6 +92,8 @@ int kv_run_open(const kv_run_opts *o, tide_engine_config *c, kv_run **out, tide_
     return 0;
 }
 
+struct tide_kvtiers *kv_run_tiers(const kv_run *r) { return r ? r->tiers : NULL; }
+
 void kv_run_close(kv_run *r) {
     if (!r) return;
     if (r->tiers) {

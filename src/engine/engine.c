@@ -866,6 +866,10 @@ static void run_forward(tide_engine *e) {
     tide_step_out out = {e->logits, e->spec ? e->dsp_in : NULL};
     if (e->fault && e->fault(e->fault_ctx, e->users, e->n_seqs, &e->fst) != 0) e->frc = -1;
     else e->frc = tide_forward(e->fx, e->seqs, e->n_seqs, &out, &e->fst);
+    /* a backend's device error (sticky: every later pass fails too) fails
+     * the pass's requests like any failed pass */
+    const tide_ops *ops = e->cfg.ops;
+    if (e->frc == 0 && ops && ops->error && ops->error(ops, &e->fst) != 0) e->frc = -1;
     e->fwd_done = tide_now_seconds();
 }
 

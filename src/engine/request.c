@@ -7,10 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/kvstore.h"
+
 static int check(const tide_request *r, int64_t vocab, int32_t image_token, int64_t max_len,
                  tide_status *st) {
     if (!r->prompt || r->n_prompt < 1)
         return tide_fail(st, TIDE_ERR_INVALID, "request: the prompt is empty (need at least one token id)");
+    if (r->kv_class < TIDE_KV_CLASS_DEFAULT || r->kv_class > TIDE_KV_CLASS_AGENT)
+        return tide_fail(st, TIDE_ERR_INVALID, "request: kv_class %d is not 0 (default), 1 (chat) or 2 (agent)",
+                         r->kv_class);
     for (int64_t i = 0; i < r->n_prompt; i++) {
         int32_t t = r->prompt[i];
         if (t < 0 || t >= vocab)
@@ -69,6 +74,9 @@ int tide_req_create(const tide_request *r, const tide_req_model *m, uint64_t see
     if (!q) return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory");
     q->user = r->user;
     q->salt = r->cache_salt;
+    q->kv_class = r->kv_class;
+    _Static_assert(TIDE_KV_CLASS_CHAT - 1 == TIDE_KV_CHAT && TIDE_KV_CLASS_AGENT - 1 == TIDE_KV_AGENT,
+                   "the scheduler hands kv_class - 1 to the tiers as the store's class");
     q->sp = r->sampling;
     if (!r->has_seed) q->sp.seed = seed;
     q->state = TIDE_REQ_WAITING;

@@ -35,6 +35,8 @@ typedef struct tide_req {
      * pages it references in order (page i = tokens [i*P, (i+1)*P)): the hit
      * pages its tables share, then the pages it filled itself. */
     uint64_t salt;
+    int kv_class;             /* TIDE_KV_CLASS_* of the pages it hands to the tiers */
+    uint64_t tier_ticket;     /* a read-ahead of its pages by the tiers, until admission (sched.c) */
     int32_t *pages;
     int64_t n_pages, cap_pages;
     int64_t n_cached;         /* tokens whose KV came from the cache at the last admission */

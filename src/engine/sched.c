@@ -180,10 +180,14 @@ static int wq_grow(tide_sched *s) {
 static tide_req *wq_at(const tide_sched *s, int64_t i) { return s->wq[(s->wq_head + i) % s->wq_cap]; }
 
 static void tier_fetch(tide_sched *s, tide_req *q);
+static void tier_prefetch(tide_sched *s, tide_req *q);
 
 int tide_sched_enqueue(tide_sched *s, tide_req *q, tide_status *st) {
     if (wq_grow(s) != 0) return tide_fail(st, TIDE_ERR_NOMEM, "scheduler: out of memory");
-    if (s->prefix_on && s->cfg.tier) tier_fetch(s, q);
+    if (s->prefix_on && s->cfg.tier) {
+        if (s->cfg.tier->prefetch) tier_prefetch(s, q); /* read ahead; taken at admission */
+        else tier_fetch(s, q);
+    }
     s->wq[(s->wq_head + s->wq_n++) % s->wq_cap] = q;
     q->state = TIDE_REQ_WAITING;
     return 0;
@@ -267,7 +271,7 @@ static void tier_put(tide_sched *s, const tide_req *q, int64_t i, int32_t pg) {
     for (int j = 0; j < x->bpp; j++)
         memcpy(x->tier_buf + j * per, kv->blocks[x->blocks[(int64_t)pg * x->bpp + j]], per);
     tide_kv_page p = {q->salt, q->tokens, (i + 1) * x->page_tokens, x->page_tokens, x->pc.hash[pg], x->tier_buf,
-                      x->tier_bytes};
+                      x->tier_bytes, q->kv_class - 1 /* TIDE_KV_CLASS_X - 1 = TIDE_KV_X (request.c) */};
     s->cfg.tier->put(s->cfg.tier->ctx, &p);
     x->tier_stored++;
 }
@@ -315,7 +319,7 @@ static void tier_fetch(tide_sched *s, tide_req *q) {
     for (int64_t i = 0; i < h; i++) chain = tide_prefix_page_hash(chain, q->tokens + i * P, (int32_t)P);
     for (got = h; got < maxp; got++) {
         uint64_t next = tide_prefix_page_hash(chain, q->tokens + (int64_t)got * P, (int32_t)P);
-        tide_kv_page p = {q->salt, q->tokens, (int64_t)(got + 1) * P, P, next, x->tier_buf, x->tier_bytes};
+        tide_kv_page p = {q->salt, q->tokens, (int64_t)(got + 1) * P, P, next, x->tier_buf, x->tier_bytes, -1};
         if (!s->cfg.tier->get(s->cfg.tier->ctx, &p) || tier_promote(s, &q->pages[got]) != 0) break;
         chain = next;
     }
@@ -331,6 +335,37 @@ static void tier_fetch(tide_sched *s, tide_req *q) {
     }
     if (got > 0 && tide_prefix_release(&x->pc, q->pages, got, &st) != 0)
         tide_log(TIDE_LOG_ERROR, "kv tiers: request %lld: %s", (long long)q->id, st.msg);
+}
+
+/* The pages of q's prefix after the cache's hit, handed to the tiers to
+ * read ahead (q->tier_ticket); admission takes them (tier_admit). */
+static void tier_prefetch(tide_sched *s, tide_req *q) {
+    tide_sched_prefix *x = &s->px;
+    int64_t P = x->page_tokens, maxp = (q->n_tokens - 1) / P;
+    if (maxp == 0 || maxp > INT32_MAX) return;
+    int32_t h = 0;
+    tide_status st = {0};
+    if (pages_room(q, maxp) != 0 ||
+        tide_prefix_lookup(&x->pc, q->tokens, q->n_tokens - 1, q->salt, q->pages, (int32_t)maxp, &h, &st) != 0)
+        return;
+    if (h > 0 && tide_prefix_release(&x->pc, q->pages, h, &st) != 0)
+        tide_log(TIDE_LOG_ERROR, "kv tiers: request %lld: %s", (long long)q->id, st.msg);
+    if (h >= maxp) return;
+    tide_kv_page p = {q->salt, q->tokens, (int64_t)(h + 1) * P, P, 0, x->tier_buf, x->tier_bytes, -1};
+    q->tier_ticket = s->cfg.tier->prefetch(s->cfg.tier->ctx, &p, maxp - h);
+}
+
+/* At admission: 0 when q may go on (its read-ahead is done and its pages
+ * are in the cache now), -1 while the tiers are still reading (it waits;
+ * when the engine has nothing else to do, a little while here). */
+static int tier_admit(tide_sched *s, tide_req *q, int idle) {
+    const tide_kv_tier *t = s->cfg.tier;
+    if (!q->tier_ticket) return 0;
+    if (!t->ready(t->ctx, q->tier_ticket, idle ? 0.002 : 0)) return -1;
+    tier_fetch(s, q); /* every hit is read already: no I/O */
+    t->forget(t->ctx, q->tier_ticket);
+    q->tier_ticket = 0;
+    return 0;
 }
 
 /* Registers the pages q completed since the last call: a page id per page
@@ -424,6 +459,7 @@ static void unplan(tide_sched *s, tide_req *q) {
 
 void tide_sched_remove(tide_sched *s, tide_req *q) {
     unplan(s, q);
+    if (q->tier_ticket) s->cfg.tier->forget(s->cfg.tier->ctx, q->tier_ticket), q->tier_ticket = 0;
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i] == q) {
             memmove(s->running + i, s->running + i + 1, (size_t)(s->n_running - i - 1) * sizeof *s->running);
@@ -580,6 +616,8 @@ void tide_sched_make_plan(tide_sched *s) {
     while (s->wq_n > 0 && s->n_running < s->cfg.max_seqs && budget > 0 && p->n_failed < s->cfg.max_seqs) {
         tide_req *q = wq_at(s, 0);
         if (q->solo && p->n_items > 0) break; /* it waits for a pass of its own */
+        s->px.planned_blocks = planned; /* what the tiers must leave in the pool */
+        if (tier_admit(s, q, p->n_items == 0 && s->flight.n_items == 0) != 0) break; /* FIFO: the rest wait too */
         int64_t frozen = prefix_lookup(s, q), start = 0;
         if (frozen > 0 && s->px.replay >= 0 && frozen > s->px.replay) start = frozen - s->px.replay;
         int64_t n = chunk_at(s, q, start, q->n_tokens, budget);

@@ -27,7 +27,11 @@ typedef struct tide_serve_config {
     tide_engine_config engine; /* model_dir, threads, KV pool, ... (on_event is the generation layer's) */
     const char *host;          /* listen address; default "127.0.0.1" */
     int port;                  /* 0 = any free port (tide_server_port says which) */
-    const char *api_key;       /* NULL/"" = no auth; else Bearer or x-api-key must match */
+    /* NULL/"" = no auth; else Bearer or x-api-key must match one of the
+     * keys: KEY[,KEY...], each KEY or KEY:chat / KEY:agent, the persistent
+     * KV store traffic class of its requests' pages (a request's own
+     * "kv_class" wins) */
+    const char *api_key;
     const char *model_name;    /* the id in /v1/models; default: the directory's last name */
     const char *tokenizer;     /* tokenizer.json; default MODEL_DIR/tokenizer.json */
     size_t max_body;           /* bytes; default TIDE_API_MAX_BODY (413 beyond) */
@@ -36,6 +40,9 @@ typedef struct tide_serve_config {
     double timeout_s;          /* a request running longer is ended; default 600 */
     int http_threads;          /* libmicrohttpd's pool; default 2 */
     int max_connections;       /* default 4096 */
+    /* The persistent KV store's tiers that engine.kv_tier points into
+     * (borrowed), for /metrics; NULL: none. */
+    struct tide_kvtiers *kv_tiers;
 } tide_serve_config;
 
 tide_serve_config tide_serve_config_default(void);

@@ -4,12 +4,22 @@
  * response whose reader suspends the connection until the engine thread has
  * more SSE bytes, or (non-streaming) a connection suspended in the access
  * handler until the whole body is ready. A request whose connection closes
- * before its job finished cancels its session (which frees its KV pages). */
+ * before its job finished cancels its session (which frees its KV pages).
+ *
+ * libmicrohttpd does not poll a suspended connection, and a job's
+ * connection is suspended while it waits in the queue (and between
+ * tokens), so a client that left would only be noticed when its first
+ * bytes are written. The disconnect watcher closes that gap: every job's
+ * socket is in an epoll set of its own (EPOLLRDHUP, one shot), and a thread
+ * cancels the job the moment its peer hangs up. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -23,6 +33,7 @@ typedef struct conn_ctx {
     int too_big;
     int answered; /* a response was queued */
     serve_job *job;
+    int watched_fd; /* in the watcher's epoll set, or -1 */
 } conn_ctx;
 
 static const char *get_header(void *ud, const char *name) {
@@ -49,8 +60,70 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
     pthread_mutex_lock(&j->srv->mu);
     tide_http_pipe p = {&j->buf, &j->off, &j->finished, &j->suspended, j->conn};
     ssize_t n = tide_http_pipe_read(&p, out, max);
+    if (n > 0 && j->t_out == 0) j->t_out = serve_now();
     pthread_mutex_unlock(&j->srv->mu);
     return n;
+}
+
+/* ---- the disconnect watcher ---- */
+
+/* The client of job j hung up (watcher thread): cancel the job now. */
+static void client_left(tide_server *srv, int64_t seq) {
+    pthread_mutex_lock(&srv->mu);
+    for (serve_job *j = srv->active; j; j = j->next) {
+        if (j->seq != seq) continue;
+        if (j->conn && !j->finished && !j->cancel) {
+            j->cancel = 1;
+            srv->metrics.disconnects++;
+            if (j->gid && srv->gen) tide_gen_cancel(srv->gen, j->gid); /* frees its KV pages */
+        }
+        break;
+    }
+    pthread_mutex_unlock(&srv->mu);
+}
+
+static void *watcher_main(void *arg) {
+    tide_server *srv = arg;
+    struct epoll_event ev[32];
+    for (;;) {
+        int n = epoll_wait(srv->watch_ep, ev, 32, -1);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.u64 == 0) return NULL; /* the stop eventfd */
+            client_left(srv, (int64_t)ev[i].data.u64);
+        }
+    }
+}
+
+/* Puts a job's socket in the watch set (HTTP thread, after submit). */
+static void watch(tide_server *srv, struct MHD_Connection *c, conn_ctx *cx, const serve_job *j) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!srv->watcher_on || !ci) return;
+    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT, .data.u64 = (uint64_t)j->seq};
+    if (epoll_ctl(srv->watch_ep, EPOLL_CTL_ADD, ci->connect_fd, &ev) == 0) cx->watched_fd = ci->connect_fd;
+}
+
+static int watcher_start(tide_server *srv, tide_status *st) {
+    srv->watch_ep = epoll_create1(EPOLL_CLOEXEC);
+    srv->watch_stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+    if (srv->watch_ep < 0 || srv->watch_stop < 0 || epoll_ctl(srv->watch_ep, EPOLL_CTL_ADD, srv->watch_stop, &ev) != 0 ||
+        pthread_create(&srv->watcher, NULL, watcher_main, srv) != 0) {
+        if (srv->watch_ep >= 0) close(srv->watch_ep);
+        if (srv->watch_stop >= 0) close(srv->watch_stop);
+        return tide_fail(st, TIDE_ERR_INTERNAL, "serve: cannot start the disconnect watcher");
+    }
+    srv->watcher_on = 1;
+    return 0;
+}
+
+static void watcher_stop(tide_server *srv) {
+    if (!srv->watcher_on) return;
+    uint64_t one = 1;
+    if (write(srv->watch_stop, &one, sizeof one) != (ssize_t)sizeof one) tide_log(TIDE_LOG_ERROR, "serve: cannot stop the watcher");
+    pthread_join(srv->watcher, NULL);
+    close(srv->watch_ep);
+    close(srv->watch_stop);
+    srv->watcher_on = 0;
 }
 
 static enum MHD_Result start_stream(tide_server *srv, struct MHD_Connection *c, serve_job *j) {
@@ -110,6 +183,7 @@ static enum MHD_Result dispatch(tide_server *srv, struct MHD_Connection *c, cons
         return queue_buffer(srv, c, rp.status, rp.ctype, rp.body, rp.len);
     }
     cx->job = j;
+    watch(srv, c, cx, j);
     if (j->stream) {
         cx->answered = 1;
         return start_stream(srv, c, j);
@@ -126,6 +200,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cx = calloc(1, sizeof *cx);
         if (!cx) return MHD_NO;
         tide_http_body_begin(c, &cx->body, &cx->too_big, srv->cfg.max_body);
+        cx->watched_fd = -1;
         *con_cls = cx;
         return MHD_YES;
     }
@@ -144,12 +219,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     tide_server *srv = cls;
     conn_ctx *cx = *con_cls;
     if (!cx) return;
+    /* out of the watch set before libmicrohttpd closes the socket */
+    if (cx->watched_fd >= 0) epoll_ctl(srv->watch_ep, EPOLL_CTL_DEL, cx->watched_fd, NULL);
     if (cx->job) {
         pthread_mutex_lock(&srv->mu);
         serve_job *j = cx->job;
+        /* Where a request's time to first token went (monotonic seconds, to
+         * set against the client's: tools/bench/serve_overhead.py). */
+        if (j->t_first > 0)
+            tide_log(TIDE_LOG_DEBUG, "serve: timing %s arrive %.6f engine %.6f first %.6f sse %.6f out %.6f", j->id,
+                     j->t_arrive, j->t_engine, j->t_first, j->t_sse, j->t_out);
         j->conn = NULL;
         j->suspended = 0;
-        if (!j->finished) {
+        if (!j->finished && !j->cancel) {
             j->cancel = 1;
             srv->metrics.disconnects++;
             if (j->gid && srv->gen) tide_gen_cancel(srv->gen, j->gid); /* frees its KV pages */
@@ -190,11 +272,14 @@ int serve_http_start(tide_server *srv, tide_status *st) {
         {srv->cfg.http_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, srv->cfg.http_threads, NULL},
         {MHD_OPTION_END, 0, NULL},
     };
+    if (watcher_start(srv, st) != 0) return -1;
     srv->mhd = MHD_start_daemon(flags, (uint16_t)srv->cfg.port, NULL, NULL, on_request, srv, MHD_OPTION_ARRAY, opts,
                                 MHD_OPTION_END);
-    if (!srv->mhd)
+    if (!srv->mhd) {
+        watcher_stop(srv);
         return tide_fail(st, TIDE_ERR_IO, "cannot listen on %s port %d (in use, or not an address of this machine)",
                          srv->host, srv->cfg.port);
+    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = di ? di->port : srv->cfg.port;
     return 0;
@@ -203,4 +288,5 @@ int serve_http_start(tide_server *srv, tide_status *st) {
 void serve_http_stop(tide_server *srv) {
     if (srv->mhd) MHD_stop_daemon(srv->mhd);
     srv->mhd = NULL;
+    watcher_stop(srv);
 }

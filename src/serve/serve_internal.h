@@ -75,7 +75,12 @@ struct serve_job {
     tide_api_req req;      /* parsed on the HTTP thread; handed to tide_gen_submit */
     tide_gen_id gid;       /* the session, once submitted */
     char id[48];
+    int64_t seq;           /* unique in the server (the disconnect watcher's key) */
+    int key_class;         /* the API key's KV class (TIDE_KV_CLASS_*), 0 none */
     double t_arrive, t_first, t_last; /* monotonic seconds; t_* on the engine thread */
+    double t_engine;       /* the session handed to the engine (the engine's own TTFT starts there) */
+    double t_sse;          /* the first text event appended (engine thread) */
+    double t_out;          /* the first response bytes handed to libmicrohttpd */
     /* under mu */
     tide_sb buf;           /* SSE bytes, or the whole response body */
     size_t off;            /* bytes of buf handed to the connection */
@@ -108,6 +113,11 @@ void serve_job_unref(serve_job *j); /* under mu */
 struct tide_server {
     tide_serve_config cfg;
     char *model_dir, *model_name, *tok_path, *api_key, *host;
+    /* --api-key: the keys (pointers into api_key) and their KV classes */
+#define SERVE_MAX_KEYS 64
+    const char *keys[SERVE_MAX_KEYS];
+    int key_class[SERVE_MAX_KEYS]; /* TIDE_KV_CLASS_* */
+    int n_keys;
     tide_gen_engine *gen;  /* NULL until loaded */
     struct MHD_Daemon *mhd;
     int port;
@@ -123,6 +133,11 @@ struct tide_server {
     int64_t n_jobs;        /* accepted and not yet done */
     int64_t id_seq;
     serve_metrics metrics;
+    /* The disconnect watcher (serve_http.c): an epoll set of the sockets of
+     * connections with a job, and an eventfd that stops its thread. */
+    int watch_ep, watch_stop;
+    pthread_t watcher;
+    int watcher_on;
 };
 
 double serve_now(void);

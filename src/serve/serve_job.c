@@ -40,6 +40,7 @@ static int on_sse(void *ud, const char *event, const char *data, size_t len, tid
         tide_sb_add(&j->buf, "data: ");
         tide_sb_addn(&j->buf, data, len);
         tide_sb_add(&j->buf, "\n\n");
+        if (j->t_sse == 0 && j->t_first > 0) j->t_sse = serve_now();
         wake(j);
     }
     int rc = gone ? tide_fail(st, TIDE_ERR_IO, "the client went away") : tide_sb_check(&j->buf, "SSE buffer", st);
@@ -48,12 +49,11 @@ static int on_sse(void *ud, const char *event, const char *data, size_t len, tid
 }
 
 static void on_token(void *ud, int choice, const tide_gen_token *t) {
-    (void)t;
     serve_job *j = ud;
     if (choice != 0) return;
     double now = serve_now();
     pthread_mutex_lock(&j->srv->mu);
-    if (j->t_first == 0) serve_hist_add(&j->srv->metrics.ttft, now - j->t_arrive), j->t_first = now;
+    if (j->t_first == 0) serve_hist_add(&j->srv->metrics.ttft, now - j->t_arrive), j->t_first = now, j->t_engine = t->t_engine;
     else serve_hist_add(&j->srv->metrics.itl, now - j->t_last);
     j->t_last = now;
     pthread_mutex_unlock(&j->srv->mu);
@@ -153,6 +153,7 @@ int serve_job_new(tide_server *srv, serve_api api, const char *body, size_t len,
     pthread_mutex_lock(&srv->mu);
     int64_t seq = ++srv->id_seq;
     pthread_mutex_unlock(&srv->mu);
+    j->seq = seq;
     snprintf(j->id, sizeof j->id, "%s%08" PRIx64 "%08" PRIx64, id_prefix(api), (uint64_t)seq,
              (uint64_t)(j->t_arrive * 1e6));
     *out = j;
@@ -161,7 +162,8 @@ int serve_job_new(tide_server *srv, serve_api api, const char *body, size_t len,
 
 int serve_job_submit(serve_job *j, serve_reply *err) {
     tide_server *srv = j->srv;
-    tide_gen_input in = {.req = &j->req, .response_id = j->id, .created = (int64_t)time(NULL)};
+    tide_gen_input in = {.req = &j->req, .response_id = j->id, .created = (int64_t)time(NULL),
+                         .kv_class = j->req.gen.kv_class ? j->req.gen.kv_class : j->key_class};
     in.sink = (tide_gen_sink){.sse = j->stream ? on_sse : NULL, .token = on_token, .done = on_done, .ud = j};
     pthread_mutex_lock(&srv->mu);
     j->refs++; /* the session's, dropped in on_done */

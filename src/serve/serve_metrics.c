@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/kvstore_tiers.h"
 #include "serve/serve_internal.h"
 
 /* Seconds: 1 ms .. 60 s, roughly x2.5 apart. */
@@ -59,6 +60,62 @@ static void hist(tide_sb *b, const char *name, const char *help, const serve_his
 
 static void gauge(tide_sb *b, const char *name, const char *type, const char *help, double v) {
     tide_sb_addf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+/* One labelled sample per line: name{label="v"} value, under one header. */
+static void head(tide_sb *b, const char *name, const char *type, const char *help) {
+    tide_sb_addf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The persistent KV store's tiers (docs/kvstore.md section 6): hits per
+ * tier, misses, what was written, the host tier, and per store its bytes
+ * read and written, coding throughput, repairs, evictions, expired pages. */
+static void kv_metrics(tide_sb *b, tide_kvtiers *t) {
+    tide_kvtiers_stats s;
+    tide_kvtiers_get_stats(t, &s);
+    tide_kvstore_stats ks[4];
+    int n = 0;
+    for (tide_kvstore *k; n < 4 && (k = tide_kvtiers_store(t, n)) != NULL; n++) tide_kvstore_get_stats(k, &ks[n]);
+    head(b, "tide_kv_tier_hits_total", "counter", "pages found in a tier (host memory, or store N in lookup order)");
+    tide_sb_addf(b, "tide_kv_tier_hits_total{tier=\"host\"} %" PRId64 "\n", s.host_hits);
+    for (int i = 0; i < n; i++) tide_sb_addf(b, "tide_kv_tier_hits_total{tier=\"store%d\"} %" PRId64 "\n", i, s.store_hits[i]);
+    gauge(b, "tide_kv_tier_misses_total", "counter", "pages no tier held", (double)s.misses);
+    gauge(b, "tide_kv_tier_pages_queued_total", "counter", "pages handed to the tiers to write", (double)s.queued);
+    gauge(b, "tide_kv_tier_pages_written_total", "counter", "page writes that a store took", (double)s.written);
+    gauge(b, "tide_kv_tier_write_errors_total", "counter", "page writes a store refused", (double)s.write_errors);
+    gauge(b, "tide_kv_tier_pages_dropped_total", "counter", "pages dropped on a full write queue", (double)s.dropped);
+    gauge(b, "tide_kv_host_pages", "gauge", "pages in the host-memory tier", (double)s.host_pages);
+    gauge(b, "tide_kv_host_bytes", "gauge", "bytes in the host-memory tier", (double)s.host_bytes);
+    gauge(b, "tide_kv_host_evictions_total", "counter", "pages evicted from the host-memory tier", (double)s.host_evictions);
+    static const struct {
+        const char *name, *type, *help;
+    } M[] = {
+        {"tide_kvstore_pages", "gauge", "pages in the store"},
+        {"tide_kvstore_bytes", "gauge", "shard file bytes in the store"},
+        {"tide_kvstore_bytes_written_total", "counter", "bytes written"},
+        {"tide_kvstore_bytes_read_total", "counter", "bytes read"},
+        {"tide_kvstore_hits_total", "counter", "pages read"},
+        {"tide_kvstore_misses_total", "counter", "pages not found (expired ones included)"},
+        {"tide_kvstore_lost_total", "counter", "pages found with fewer than k good shards"},
+        {"tide_kvstore_corrupt_shards_total", "counter", "shards that failed their checksum"},
+        {"tide_kvstore_repairs_total", "counter", "shards rewritten from parity"},
+        {"tide_kvstore_evictions_total", "counter", "pages evicted for capacity"},
+        {"tide_kvstore_expired_total", "counter", "expired pages deleted"},
+        {"tide_kvstore_encode_bytes_per_second", "gauge", "erasure-coding encode throughput (page bytes)"},
+        {"tide_kvstore_decode_bytes_per_second", "gauge", "erasure-coding rebuild throughput (page bytes)"},
+    };
+    for (size_t j = 0; j < sizeof M / sizeof M[0]; j++) {
+        head(b, M[j].name, M[j].type, M[j].help);
+        for (int i = 0; i < n; i++) {
+            const tide_kvstore_stats *k = &ks[i];
+            double v[] = {(double)k->pages, (double)k->bytes, (double)k->bytes_written, (double)k->bytes_read,
+                          (double)k->hits, (double)k->misses, (double)k->lost, (double)k->corrupt_shards,
+                          (double)k->repairs, (double)k->evictions, (double)k->expired,
+                          k->encode_seconds > 0 ? (double)k->encode_bytes / k->encode_seconds : 0,
+                          k->decode_seconds > 0 ? (double)k->decode_bytes / k->decode_seconds : 0};
+            tide_sb_addf(b, "%s{store=\"%d\"} %.17g\n", M[j].name, i, v[j]);
+        }
+    }
 }
 
 void serve_metrics_text(tide_server *srv, serve_reply *rp) {
@@ -115,6 +172,7 @@ void serve_metrics_text(tide_server *srv, serve_reply *rp) {
     hist_with(&b, "tide_spec_request_acceptance_ratio", "per request: accepted / verified draft tokens", &m->spec_acc,
               RATIO);
     pthread_mutex_unlock(&srv->mu);
+    if (srv->cfg.kv_tiers) kv_metrics(&b, srv->cfg.kv_tiers); /* the tiers lock themselves */
     rp->ctype = "text/plain; version=0.0.4";
     rp->status = b.oom ? 500 : 200;
     rp->len = b.len;

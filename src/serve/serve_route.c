@@ -23,12 +23,15 @@ static int key_equal(const char *a, const char *b) {
     return diff == 0;
 }
 
+/* -1: no key matches; else the matching key's KV class (0 without auth). */
 static int authorized(tide_server *srv, const serve_http_req *rq) {
-    if (!srv->api_key) return 1;
-    const char *k = rq->header(rq->ud, "x-api-key");
-    if (k && key_equal(k, srv->api_key)) return 1;
-    const char *a = rq->header(rq->ud, "Authorization");
-    return a && !strncasecmp(a, "Bearer ", 7) && key_equal(a + 7, srv->api_key);
+    if (!srv->n_keys) return 0;
+    const char *k = rq->header(rq->ud, "x-api-key"), *a = rq->header(rq->ud, "Authorization");
+    const char *bearer = a && !strncasecmp(a, "Bearer ", 7) ? a + 7 : NULL;
+    int cls = -1;
+    for (int i = 0; i < srv->n_keys; i++) /* every key compared: the time says nothing of which */
+        if ((k ? key_equal(k, srv->keys[i]) : 0) + (bearer ? key_equal(bearer, srv->keys[i]) : 0)) cls = srv->key_class[i];
+    return cls;
 }
 
 static void models(tide_server *srv, serve_reply *rp) {
@@ -87,7 +90,8 @@ void serve_route(tide_server *srv, const serve_http_req *rq, serve_reply *rp) {
                     "no route %s %s", rq->method, p);
         return;
     }
-    if (!authorized(srv, rq)) {
+    int key_class = authorized(srv, rq);
+    if (key_class < 0) {
         serve_error(rp, api, 401, "authentication_error", NULL,
                     "a valid API key is needed (Authorization: Bearer KEY or x-api-key: KEY)");
         return;
@@ -104,6 +108,7 @@ void serve_route(tide_server *srv, const serve_http_req *rq, serve_reply *rp) {
     if (!strcmp(p, "/v1/messages/count_tokens")) return serve_count_tokens(srv, rq->body, rq->len, rp);
     serve_job *j;
     if (serve_job_new(srv, api, rq->body, rq->len, &j, rp) == 0) {
+        j->key_class = key_class;
         rp->job = j;
         j->kv_flush = rq->header(rq->ud, "x-tide-kv-flush") != NULL;
     }

@@ -64,6 +64,27 @@ static char *default_name(const char *dir) {
     return strndup(dir + b, n - b);
 }
 
+/* Splits the key list "KEY[:chat|:agent][,...]" in place. A suffix that
+ * is not a class is part of the key. */
+static int parse_keys(tide_server *s, tide_status *st) {
+    for (char *k = s->api_key, *next; k && *k; k = next) {
+        next = strchr(k, ',');
+        if (next) *next++ = 0;
+        if (!*k) continue;
+        if (s->n_keys == SERVE_MAX_KEYS) return tide_fail(st, TIDE_ERR_INVALID, "serve: more than %d API keys", SERVE_MAX_KEYS);
+        int cls = TIDE_KV_CLASS_DEFAULT;
+        char *c = strrchr(k, ':');
+        if (c && (!strcmp(c, ":chat") || !strcmp(c, ":agent"))) {
+            cls = !strcmp(c, ":chat") ? TIDE_KV_CLASS_CHAT : TIDE_KV_CLASS_AGENT;
+            *c = 0;
+        }
+        if (!*k) return tide_fail(st, TIDE_ERR_INVALID, "serve: an API key is empty (before ':%s')", c + 1);
+        s->keys[s->n_keys] = k;
+        s->key_class[s->n_keys++] = cls;
+    }
+    return s->n_keys ? 0 : tide_fail(st, TIDE_ERR_INVALID, "serve: the API key list holds no key");
+}
+
 int serve_server_new(const tide_serve_config *cfg, tide_server **out, tide_status *st) {
     *out = NULL;
     if (!cfg->engine.model_dir) return tide_fail(st, TIDE_ERR_INVALID, "serve: no model directory");
@@ -87,6 +108,11 @@ int serve_server_new(const tide_serve_config *cfg, tide_server **out, tide_statu
     s->cfg.tokenizer = s->tok_path;
     s->state = SERVE_LOADING;
     *out = s;
+    if (s->api_key && parse_keys(s, st) != 0) {
+        serve_server_free(s);
+        *out = NULL;
+        return -1;
+    }
     if (!s->model_dir || !s->host || !s->model_name || !s->tok_path || (cfg->api_key && *cfg->api_key && !s->api_key)) {
         serve_server_free(s);
         *out = NULL;

@@ -98,6 +98,51 @@ await check('completions: streamed == non-streamed, usage', async () => {
   assert.equal(finish, whole.choices[0].finish_reason);
 });
 
+await check('completions: legacy logprobs (greedy: the chosen token is the best), streamed == non-streamed', async () => {
+  const body = { model: 'tiny', prompt: 'Once upon a time', max_tokens: 5, temperature: 0, logprobs: 2, ignore_eos: true };
+  const whole = await openai.completions.create(body);
+  const lp = whole.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 5);
+  assert.equal(lp.token_logprobs.length, 5);
+  assert.equal(lp.text_offset[0], 0);
+  for (let i = 0; i < 5; i++) {
+    const alts = Object.values(lp.top_logprobs[i]);
+    assert.ok(alts.length >= 1 && alts.length <= 2, `top_logprobs[${i}] has ${alts.length} entries`);
+    assert.ok(lp.token_logprobs[i] <= 0);
+    assert.ok(Math.abs(Math.max(...alts) - lp.token_logprobs[i]) < 1e-6, 'greedy picks the best token');
+    if (i) assert.ok(lp.text_offset[i] > lp.text_offset[i - 1], 'text_offset grows');
+  }
+  const got = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  for await (const ch of await openai.completions.create({ ...body, stream: true }))
+    for (const c of ch.choices) if (c.logprobs) for (const k in got) got[k].push(...c.logprobs[k]);
+  assert.deepEqual(got, lp);
+  const plain = await openai.completions.create({ ...body, logprobs: undefined });
+  assert.equal(plain.choices[0].logprobs, null);
+});
+
+await check('responses: output_text logprobs (include), streamed == non-streamed', async () => {
+  const body = { model: 'tiny', input: 'Say hello.', max_output_tokens: 5, temperature: 0, top_logprobs: 2,
+                 include: ['message.output_text.logprobs'] };
+  const whole = await openai.responses.create(body);
+  const msg = whole.output.find((o) => o.type === 'message');
+  const lp = msg.content[0].logprobs;
+  assert.ok(lp.length > 0 && lp.length <= 5, `${lp.length} entries`);
+  for (const e of lp) {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(Array.isArray(e.bytes) && e.bytes.length > 0);
+    assert.equal(e.top_logprobs.length, 2);
+    assert.ok(Math.abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6, 'greedy picks the best token');
+  }
+  const streamed = [];
+  let done = null;
+  for await (const ev of await openai.responses.create({ ...body, stream: true })) {
+    if (ev.type === 'response.output_text.delta') streamed.push(...ev.logprobs);
+    if (ev.type === 'response.output_text.done') done = ev.logprobs;
+  }
+  assert.deepEqual(streamed, lp);
+  assert.deepEqual(done, lp);
+});
+
 await check('responses: streamed == non-streamed, events in order', async () => {
   const body = { model: 'tiny', input: 'Say hello.', max_output_tokens: 6, temperature: 0 };
   const whole = await openai.responses.create(body);

@@ -622,6 +622,10 @@ static void cu_compress_pool(const tide_ops *self, const float *kv, const float 
     leave(cx);
 }
 
+static int cu_error(const tide_ops *self, tide_status *st) {
+    return tide_cuda_ops_error(self->ctx, st) != 0 ? tide_fail_ctx(st, "--backend cuda") : 0;
+}
+
 /* The template of every context's table (ctx filled in by create). */
 static const tide_ops cuda_table = {
     .name = "cuda",
@@ -640,6 +644,7 @@ static const tide_ops cuda_table = {
     .moe_route = cu_moe_route,
     .compress_pool = cu_compress_pool,
     .bind_weights = cxo_bind_weights,
+    .error = cu_error,
 };
 
 /* ---- the context ---- */
