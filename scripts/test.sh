@@ -29,7 +29,7 @@ run_suite normal build
 # the other tests cover under ASan (sh_tide_mini_vocab runs tide eval there).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   CTEST_ARGS="-E ^(sh_slow_|test_golden_official$|sh_tide_mini$)" run_suite sanitizer build-asan -DTIDE_SANITIZE=ON -DTIDE_CUDA=OFF
-# Fuzzing: each target runs for FUZZ_SECONDS under libFuzzer + ASan + UBSan.
+# Fuzzing: each target runs for FUZZ_SECONDS (default 20; 22 targets) under libFuzzer + ASan + UBSan.
 echo "=== fuzz build (build-fuzz)"
 if CC=clang CXX=clang++ bash scripts/build.sh build-fuzz -DTIDE_FUZZ=ON -DTIDE_CUDA=OFF; then
   for fz in build-fuzz/fuzz_*; do
@@ -37,7 +37,7 @@ if CC=clang CXX=clang++ bash scripts/build.sh build-fuzz -DTIDE_FUZZ=ON -DTIDE_C
     name=$(basename "$fz")
     corpus=$(mktemp -d); cp -r fuzz/corpus/"$name"/. "$corpus"/ 2>/dev/null || true
     dict=(); [ -f fuzz/"$name".dict ] && dict=(-dict=fuzz/"$name".dict)
-    if "$fz" "${dict[@]}" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -print_final_stats=0 "$corpus" >"$corpus.log" 2>&1; then
+    if "$fz" "${dict[@]}" -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=2048 -print_final_stats=0 "$corpus" >"$corpus.log" 2>&1; then
       echo "fuzz $name: ok ($(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$corpus.log" | tail -1))"
       pass=$((pass+1))
     else
