@@ -93,6 +93,30 @@ static void tower_matches_numpy(void **state) {
     check_grid(dir, &v, pool, &rng, 7, 5);
     check_grid(dir, &v, pool, &rng, 1, 4);
     check_grid(dir, &v, pool, &rng, 6, 6);
+    /* the prompt span: delimiters and the aligner's rows in reading order */
+    {
+        tide_image_plan pl = {.n_vit_h = 7, .n_vit_w = 5, .n_llm_h = 3, .n_llm_w = 2};
+        int64_t D = v.text_dim, n = tide_image_span_len(&pl), p = v.cfg.patch_size;
+        float *patches = malloc(sizeof(float) * (size_t)(35 * 3 * p * p)), *al = malloc(sizeof(float) * (size_t)(6 * D));
+        float *span = malloc(sizeof(float) * (size_t)(n * D));
+        int8_t types[64];
+        for (int64_t i = 0; i < 35 * 3 * p * p; i++) patches[i] = tide_round_bf16((float)(tu_uniform(&rng) * 2 - 1));
+        assert_int_equal(tide_vision_encode(&v, tide_cpu_ops(), pool, patches, 7, 5, al, &st), 0);
+        assert_int_equal(tide_vision_span_embeds(&v, tide_cpu_ops(), pool, patches, &pl, span, &st), 0);
+        tide_image_span_types(&pl, types);
+        int64_t img = 0;
+        for (int64_t k = 0; k < n; k++) {
+            const float *want = types[k] == TIDE_IMG_START ? v.image_start
+                              : types[k] == TIDE_IMG_END   ? v.image_end
+                              : types[k] == TIDE_IMG_NEWLINE ? v.image_newline
+                                                             : al + (img++) * D;
+            assert_memory_equal(span + k * D, want, sizeof(float) * (size_t)D);
+        }
+        assert_int_equal(img, 6);
+        pl.n_llm_w = 3; /* a plan that does not match its patch grid */
+        assert_int_equal(tide_vision_span_embeds(&v, tide_cpu_ops(), pool, patches, &pl, span, &st), -1);
+        free(patches), free(al), free(span);
+    }
     tide_pool_destroy(pool);
     tide_vision_free(&v);
     tide_st_close(ck);

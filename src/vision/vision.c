@@ -273,3 +273,27 @@ int tide_vision_encode(const tide_vision *v, const tide_ops *ops, tide_pool *poo
     free(feat);
     return rc ? -1 : 0;
 }
+
+int tide_vision_span_embeds(const tide_vision *v, const tide_ops *ops, tide_pool *pool, const float *patches,
+                            const tide_image_plan *p, float *out, tide_status *st) {
+    int64_t r = v->cfg.downsample_ratio, D = v->text_dim;
+    if (p->n_llm_h != (p->n_vit_h + r - 1) / r || p->n_llm_w != (p->n_vit_w + r - 1) / r)
+        return tide_fail(st, TIDE_ERR_INVALID, "vision: the plan's token grid %lld x %lld is not its patch grid's",
+                         (long long)p->n_llm_h, (long long)p->n_llm_w);
+    float *rows = malloc((size_t)(p->n_llm_h * p->n_llm_w) * (size_t)D * sizeof(float));
+    if (!rows) return tide_fail(st, TIDE_ERR_NOMEM, "vision: out of memory for the image's rows");
+    if (tide_vision_encode(v, ops, pool, patches, p->n_vit_h, p->n_vit_w, rows, st)) {
+        free(rows);
+        return -1;
+    }
+    size_t row = (size_t)D * sizeof(float);
+    float *o = out;
+    memcpy(o, v->image_start, row), o += D;
+    for (int64_t y = 0; y < p->n_llm_h; y++) {
+        memcpy(o, rows + y * p->n_llm_w * D, row * (size_t)p->n_llm_w), o += p->n_llm_w * D;
+        memcpy(o, v->image_newline, row), o += D;
+    }
+    memcpy(o, v->image_end, row);
+    free(rows);
+    return 0;
+}

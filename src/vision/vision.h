@@ -22,6 +22,7 @@
 #include "base/threadpool.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "vision/image.h"
 
 typedef struct tide_vision_block {
     const float *norm1, *norm2;        /* [Dv] f32 copies */
@@ -57,5 +58,12 @@ int tide_vision_align(const tide_vision *v, const tide_ops *ops, tide_pool *pool
 /* Tower then aligner (the reference's encode_image). */
 int tide_vision_encode(const tide_vision *v, const tide_ops *ops, tide_pool *pool, const float *patches,
                        int64_t n_h, int64_t n_w, float *out, tide_status *st);
+
+/* One image's prompt span as the text model's input rows (the reference's
+ * merge_image_embeddings): out [tide_image_span_len(p)][D], the delimiters'
+ * rows the learned image_start / image_newline / image_end, the IMAGE rows
+ * the aligner's in reading order. patches as tide_image_patches makes them. */
+int tide_vision_span_embeds(const tide_vision *v, const tide_ops *ops, tide_pool *pool, const float *patches,
+                            const tide_image_plan *p, float *out, tide_status *st);
 
 #endif
