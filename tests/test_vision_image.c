@@ -18,15 +18,10 @@ static int have_pil(void) {
 }
 
 static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(len > 0 ? (size_t)len : 1);
-    *n = b ? fread(b, 1, (size_t)len, f) : 0;
-    fclose(f);
-    return b;
+    char *b = NULL;
+    tide_status st = {0};
+    if (tide_read_file(path, (size_t)1 << 30, &b, n, &st)) fail_msg("%s", st.msg);
+    return (uint8_t *)b;
 }
 
 static void matches_pil(void **state) {

@@ -286,6 +286,29 @@ done:
 }
 #endif
 
+/* Each format's decoder, NULL when its library was not found at build time. */
+typedef int (*decode_fn)(const uint8_t *d, size_t n, int64_t max_px, tide_image *out, tide_status *st);
+#ifdef TIDE_HAVE_PNG
+#define PNG_DECODER decode_png
+#else
+#define PNG_DECODER NULL
+#endif
+#ifdef TIDE_HAVE_JPEG
+#define JPEG_DECODER decode_jpeg
+#else
+#define JPEG_DECODER NULL
+#endif
+#ifdef TIDE_HAVE_WEBP
+#define WEBP_DECODER decode_webp
+#else
+#define WEBP_DECODER NULL
+#endif
+#ifdef TIDE_HAVE_GIF
+#define GIF_DECODER decode_gif
+#else
+#define GIF_DECODER NULL
+#endif
+
 int tide_image_decode(const uint8_t *d, size_t n, const tide_image_limits *lim, tide_image *out, tide_status *st) {
     memset(out, 0, sizeof *out);
     size_t max_bytes = lim && lim->max_bytes ? lim->max_bytes : TIDE_IMAGE_MAX_BYTES;
@@ -293,23 +316,13 @@ int tide_image_decode(const uint8_t *d, size_t n, const tide_image_limits *lim, 
     if (!d || n == 0) return tide_fail(st, TIDE_ERR_INVALID, "image: empty");
     if (n > max_bytes)
         return tide_fail(st, TIDE_ERR_NOMEM, "image: %zu bytes, over the limit of %zu", n, max_bytes);
-    const char *fmt = NULL;
-    if (n >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8)) fmt = "PNG";
-    else if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) fmt = "JPEG";
-    else if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) fmt = "WebP";
-    else if (n >= 6 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6))) fmt = "GIF";
+    const char *fmt;
+    decode_fn fn;
+    if (n >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8)) fmt = "PNG", fn = PNG_DECODER;
+    else if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) fmt = "JPEG", fn = JPEG_DECODER;
+    else if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) fmt = "WebP", fn = WEBP_DECODER;
+    else if (n >= 6 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6))) fmt = "GIF", fn = GIF_DECODER;
     else return tide_fail(st, TIDE_ERR_UNSUPPORTED, "image: not a PNG, JPEG, WebP or GIF file");
-#ifdef TIDE_HAVE_PNG
-    if (!strcmp(fmt, "PNG")) return decode_png(d, n, max_px, out, st);
-#endif
-#ifdef TIDE_HAVE_JPEG
-    if (!strcmp(fmt, "JPEG")) return decode_jpeg(d, n, max_px, out, st);
-#endif
-#ifdef TIDE_HAVE_WEBP
-    if (!strcmp(fmt, "WebP")) return decode_webp(d, n, max_px, out, st);
-#endif
-#ifdef TIDE_HAVE_GIF
-    if (!strcmp(fmt, "GIF")) return decode_gif(d, n, max_px, out, st);
-#endif
+    if (fn) return fn(d, n, max_px, out, st);
     return tide_fail(st, TIDE_ERR_UNSUPPORTED, "image: this tide was built without %s support (scripts/deps.sh)", fmt);
 }
