@@ -124,6 +124,35 @@ static void tower_matches_numpy(void **state) {
     free(dir);
 }
 
+/* Other widths: downsample 2, heads of 32 (16 RoPE angles), one layer,
+ * an odd rope_theta; grids that are and are not multiples of 2. */
+static void variant_matches_numpy(void **state) {
+    (void)state;
+    TU_NEED_DEP(have_numpy(), "python3 with numpy", "apt-get install python3-numpy (scripts/deps.sh)");
+    uint64_t seed = tu_seed();
+    tide_config cfg;
+    tide_status st = {0};
+    assert_int_equal(tide_config_preset("tiny", &cfg, &st), 0);
+    assert_int_equal(tide_config_preset_vision("tiny", &cfg, &st), 0);
+    cfg.vision.num_hidden_layers = 1, cfg.vision.num_attention_heads = 2, cfg.vision.downsample_ratio = 2;
+    cfg.vision.rope_theta = 777.0, cfg.vision.intermediate_size = 40, cfg.vision.patch_size = 8;
+    assert_int_equal(tide_config_check(&cfg, &st), 0);
+    char *dir = tu_mkdtemp("vision");
+    tide_synth_opts o = {.out_dir = dir, .shape = "tiny", .seed = seed >> 1, .layers = 1, .threads = 2};
+    if (tide_synth_write(&cfg, &o, NULL, &st)) fail_msg("%s", st.msg);
+    tide_st *ck;
+    if (tide_st_open(dir, &ck, &st)) fail_msg("%s", st.msg);
+    tide_vision v;
+    if (tide_vision_bind(&v, &cfg, ck, &st)) fail_msg("%s", st.msg);
+    tu_rng rng = {seed ^ 0x5bd1e995u};
+    check_grid(dir, &v, NULL, &rng, 5, 3);
+    check_grid(dir, &v, NULL, &rng, 4, 8);
+    tide_vision_free(&v);
+    tide_st_close(ck);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* A checkpoint written without a tower, bound with a config that has one:
  * the first missing tensor is named. A config without a tower is refused. */
 static void bind_errors(void **state) {
@@ -176,6 +205,7 @@ static void flash_vision_config(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tower_matches_numpy),
+        cmocka_unit_test(variant_matches_numpy),
         cmocka_unit_test(bind_errors),
         cmocka_unit_test(flash_vision_config),
     };
