@@ -250,7 +250,9 @@ static int decode_gif(const uint8_t *d, size_t n, int64_t max_px, tide_image *ou
             tide_fail(st, TIDE_ERR_INVALID, "image: bad GIF: the first frame has no colour map");
             goto done;
         }
-        if (id->Width < 1 || id->Height < 1 || id->Width > TIDE_IMAGE_MAX_SIDE || id->Height > TIDE_IMAGE_MAX_SIDE) {
+        /* the frame's own size bounds the decoding work, whatever the screen's */
+        if (id->Width < 1 || id->Height < 1 || id->Width > TIDE_IMAGE_MAX_SIDE || id->Height > TIDE_IMAGE_MAX_SIDE ||
+            (int64_t)id->Width * id->Height > max_px) {
             tide_fail(st, TIDE_ERR_INVALID, "image: bad GIF: a %d x %d frame", id->Width, id->Height);
             goto done;
         }
