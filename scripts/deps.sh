@@ -6,7 +6,8 @@ pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libjansson-dev libutf8proc-dev libonig-dev libcmocka-dev
       libmicrohttpd-dev libcurl4-openssl-dev
       python3 python3-numpy ca-certificates
-      libisal-dev liburing-dev libxxhash-dev)
+      libisal-dev liburing-dev libxxhash-dev
+      libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev python3-pil)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -42,6 +42,8 @@ static size_t expected_count(const tide_config *c) {
         if (r->is_dspark && r->dspark_stage == 0) n += 3;
         if (r->is_dspark && r->dspark_stage == x->num_nextn_predict_layers - 1) n += 4;
     }
+    /* the vision tower: patch_embed (2), 8 per block, norm, aligner (4), image_start/end/newline */
+    if (vision) n += 2 + 8 * (size_t)c->vision.num_hidden_layers + 1 + 4 + 3;
     return n;
 }
 
@@ -189,6 +191,14 @@ static void test_released(void **state) {
     expect(&m, "layers.24.attn.indexer.wq_b.weight", TIDE_DT_F8_E4M3, 2, 32 * 128, 1280);
     expect(&m, "layers.0.attn.wo_a.weight", TIDE_DT_BF16, 2, 8 * 1024, 64 * 512 / 8);
     expect(&m, "layers.0.ffn.gate.bias_vl", TIDE_DT_F32, 1, 384, 0); /* vision tower present */
+    /* the released tower (docs/vision.md): 259 tower + 4 aligner tensors + 3 delimiters, BF16 */
+    expect(&m, "vision.patch_embed.proj.weight", TIDE_DT_BF16, 2, 1024, 3 * 14 * 14);
+    expect(&m, "vision.blocks.31.attn.wqkv.weight", TIDE_DT_BF16, 2, 3 * 1024, 1024);
+    expect(&m, "vision.blocks.31.mlp.w1.weight", TIDE_DT_BF16, 2, 2 * 2816, 1024);
+    expect(&m, "vision.blocks.31.mlp.w2.weight", TIDE_DT_BF16, 2, 1024, 2816);
+    expect(&m, "aligner.w1.weight", TIDE_DT_BF16, 2, 5120, 1024 * 9);
+    expect(&m, "image_newline", TIDE_DT_BF16, 1, 5120, 0);
+    absent(&m, "vision.blocks.32.norm1.weight");
     expect(&m, "mtp.0.main_proj.weight", TIDE_DT_F8_E4M3, 2, 5120, 3 * 5120);
     expect(&m, "mtp.2.ffn.experts.127.w1.weight", TIDE_DT_F4, 2, 2304, 5120);
     absent(&m, "mtp.2.ffn.experts.128.w1.weight");

@@ -45,6 +45,8 @@ static void usage(FILE *f) {
             "                     engram layers use tide's synthetic token map\n"
             "  --no-vision        the reference's text-only layout: no vision_config, no\n"
             "                     image_token_id, no model_type, no ffn.gate.bias_vl\n"
+            "  --vision           add a vision tower of the shape's width (the released one for\n"
+            "                     flash; docs/vision.md) and its ffn.gate.bias_vl\n"
             "  --dry-run          print the tensor count and size, write nothing\n"
             "  -q, --quiet        no progress on stderr\n"
             "  -h, --help         this text\n"
@@ -110,7 +112,7 @@ int tide_cmd_synth(int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     tide_synth_opts o = {.seed = 1, .progress = 1, .threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu};
     const char *tok = NULL;
-    int no_tok = 0, no_vision = 0;
+    int no_tok = 0, no_vision = 0, with_vision = 0;
     int64_t vocab = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -124,6 +126,7 @@ int tide_cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer") && v) tok = v, i++;
         else if (!strcmp(a, "--no-tokenizer")) no_tok = 1;
         else if (!strcmp(a, "--no-vision")) no_vision = 1;
+        else if (!strcmp(a, "--vision")) with_vision = 1;
         else if (!strcmp(a, "--dry-run")) o.dry_run = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o.progress = 0;
         else if (!strcmp(a, "--seed") && v) {
@@ -163,6 +166,14 @@ int tide_cmd_synth(int argc, char **argv) {
     if (tide_config_preset(o.shape, &cfg, &st)) {
         fprintf(stderr, "tide synth: %s\n", st.msg);
         return TIDE_EXIT_USAGE;
+    }
+    if (no_vision && with_vision) {
+        fprintf(stderr, "tide synth: --vision and --no-vision contradict each other\n");
+        return TIDE_EXIT_USAGE;
+    }
+    if (with_vision && tide_config_preset_vision(o.shape, &cfg, &st)) {
+        fprintf(stderr, "tide synth: --vision: %s\n", st.msg);
+        return TIDE_EXIT_FAIL;
     }
     if (no_vision && tide_config_drop_vision(&cfg, &st)) {
         fprintf(stderr, "tide synth: --no-vision: %s\n", st.msg);

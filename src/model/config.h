@@ -238,6 +238,10 @@ int tide_config_preset(const char *shape_name, tide_config *cfg, tide_status *st
  * model_type names (the reference reads none of them). No vision tower means
  * no ffn.gate.bias_vl either (model/manifest.h). Runs tide_config_check. */
 int tide_config_drop_vision(tide_config *cfg, tide_status *st);
+/* Gives cfg (a preset of that shape) a vision tower of the shape's width:
+ * the released one for flash and flash-ep8, toy widths for tiny and small
+ * (docs/vision.md). Runs tide_config_check. */
+int tide_config_preset_vision(const char *shape_name, tide_config *cfg, tide_status *st);
 /* NULL-terminated list of preset names. */
 const char *const *tide_config_preset_names(void);
 

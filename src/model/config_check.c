@@ -167,8 +167,28 @@ static int check_hc_quant(const tide_config *cfg, tide_status *st) {
                          "scale_fmt \"ue8m0\", expert_dtype \"fp4\" (found \"%s\", [%d, %d], \"%s\", \"%s\")",
                          q->quant_method, q->weight_block_size[0], q->weight_block_size[1], q->scale_fmt,
                          q->expert_dtype);
-    if (cfg->vision.num_hidden_layers < 0)
+    const tide_vision_config *v = &cfg->vision;
+    if (v->num_hidden_layers < 0)
         return tide_fail(st, TIDE_ERR_INVALID, "vision_config.num_hidden_layers must be >= 0");
+    /* With a tower, the shapes src/vision runs (docs/vision.md): whole heads
+     * of a width divisible by 4 (2-D RoPE rotates half of each head, split
+     * between rows and columns), and bounds that keep every size in range. */
+    if (v->num_hidden_layers > 0 &&
+        (v->num_hidden_layers > 256 || v->hidden_size < 4 || v->hidden_size > 65536 || v->num_attention_heads < 1 ||
+         v->hidden_size % v->num_attention_heads || (v->hidden_size / v->num_attention_heads) % 4 ||
+         v->intermediate_size < 1 || v->intermediate_size > 262144 || v->patch_size < 1 || v->patch_size > 64 ||
+         v->downsample_ratio < 1 || v->downsample_ratio > 16 || v->max_image_tokens < 3 ||
+         v->max_image_tokens > 65536 || v->min_pixels < 0 || v->min_pixels > ((int64_t)1 << 28) ||
+         v->max_wh_ratio < 0 || v->max_wh_ratio > 1000 || !(v->rope_theta > 1.0)))
+        return tide_fail(st, TIDE_ERR_INVALID,
+                         "vision_config: num_hidden_layers %lld (1..256), hidden_size %lld / num_attention_heads "
+                         "%lld (head width a multiple of 4), intermediate_size %lld, patch_size %lld (1..64), "
+                         "downsample_ratio %lld (1..16), max_image_tokens %lld (3..65536), min_pixels %lld, "
+                         "max_wh_ratio %lld, rope_theta %g: out of range",
+                         (long long)v->num_hidden_layers, (long long)v->hidden_size,
+                         (long long)v->num_attention_heads, (long long)v->intermediate_size,
+                         (long long)v->patch_size, (long long)v->downsample_ratio, (long long)v->max_image_tokens,
+                         (long long)v->min_pixels, (long long)v->max_wh_ratio, v->rope_theta);
     return 0;
 }
 

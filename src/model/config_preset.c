@@ -234,3 +234,29 @@ int tide_config_drop_vision(tide_config *cfg, tide_status *st) {
     cfg->text.model_type[0] = 0;
     return tide_config_check(cfg, st);
 }
+
+/* tide synth --vision: a tower of the shape's width (docs/vision.md). tiny and
+ * small differ from the release in rope_theta, downsample_ratio and the
+ * budgets, so code that hard-codes the released values fails on them. */
+int tide_config_preset_vision(const char *shape_name, tide_config *cfg, tide_status *st) {
+    tide_vision_config *v = &cfg->vision;
+    if (!shape_name) shape_name = "";
+    if (!strcmp(shape_name, "tiny")) {
+        v->num_hidden_layers = 2, v->hidden_size = 64, v->num_attention_heads = 4, v->intermediate_size = 96;
+        v->rope_theta = 1000.0, v->downsample_ratio = 3, v->max_image_tokens = 64, v->min_pixels = 112 * 112;
+    } else if (!strcmp(shape_name, "small")) {
+        v->num_hidden_layers = 4, v->hidden_size = 128, v->num_attention_heads = 8, v->intermediate_size = 256;
+        v->rope_theta = 10000.0, v->downsample_ratio = 2, v->max_image_tokens = 256, v->min_pixels = 224 * 224;
+    } else if (!strcmp(shape_name, "flash") || !strcmp(shape_name, "flash-ep8")) {
+        v->num_hidden_layers = 32, v->hidden_size = 1024, v->num_attention_heads = 16, v->intermediate_size = 2816;
+        v->rope_theta = 10000.0, v->downsample_ratio = 3, v->max_image_tokens = 1024, v->min_pixels = 544 * 544;
+    } else {
+        return tide_fail(st, TIDE_ERR_INVALID, "unknown shape \"%s\" for a vision tower", shape_name);
+    }
+    strcpy(v->model_type, "deepseek_v41_vision");
+    v->present = 1;
+    v->patch_size = 14;
+    v->max_wh_ratio = 0;
+    if (cfg->image_token_id < 0) cfg->image_token_id = 129264;
+    return tide_config_check(cfg, st);
+}

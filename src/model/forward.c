@@ -200,7 +200,8 @@ int64_t tide_step_logit_rows(const tide_step_seq *seqs, int n_seqs) {
     return n;
 }
 
-static int validate(const tide_fwd_ctx *fx, const tide_step_seq *seqs, int n_seqs, tide_status *st) {
+static int validate(const tide_fwd_ctx *fx, const tide_step_seq *seqs, int n_seqs, const tide_step_image *img,
+                    tide_status *st) {
     const tide_model *m = fx->m;
     int64_t V = m->cfg.text.vocab_size;
     if (n_seqs < 1) return tide_fail(st, TIDE_ERR_INVALID, "forward: empty step");
@@ -233,9 +234,18 @@ static int validate(const tide_fwd_ctx *fx, const tide_step_seq *seqs, int n_seq
                 return tide_fail(st, TIDE_ERR_INVALID,
                                  "forward: sequence %d token %lld: id %d is outside the vocabulary (0..%lld)",
                                  i, (long long)t, id, (long long)(V - 1));
-            if (id == m->cfg.image_token_id && m->cfg.image_token_id >= 0)
+            const tide_step_image *im = img ? &img[i] : NULL;
+            int span = im && im->types && im->types[t] >= 0;
+            if (span && (id != m->cfg.image_token_id || !im->rows || m->cfg.vision.num_hidden_layers <= 0))
+                return tide_fail(st, TIDE_ERR_INVALID,
+                                 "forward: sequence %d token %lld is marked as an image-span position but %s", i,
+                                 (long long)t,
+                                 m->cfg.vision.num_hidden_layers <= 0 ? "the model has no vision tower"
+                                 : !im->rows    ? "no embedding rows were given"
+                                                : "its id is not the image token");
+            if (!span && id == m->cfg.image_token_id && m->cfg.image_token_id >= 0)
                 return tide_fail(st, TIDE_ERR_UNSUPPORTED,
-                                 "forward: sequence %d token %lld is the image token %d: vision is not supported yet",
+                                 "forward: sequence %d token %lld is the image token %d outside an image span",
                                  i, (long long)t, id);
         }
     }
@@ -253,7 +263,17 @@ static int engram_rows(const tide_step *s, int64_t *out, tide_status *st) {
         int32_t *ids = tide_xmalloc((size_t)(nh + sq->n_tokens) * sizeof(int32_t));
         if (nh > 0) memcpy(ids, c->tokens + c->pos - nh, (size_t)nh * sizeof(int32_t));
         memcpy(ids + nh, sq->tokens, (size_t)sq->n_tokens * sizeof(int32_t));
-        int rc = tide_engram_hash(t, ids, NULL, nh, sq->n_tokens, out + s->seq_row0[q] * per, st);
+        /* image-span positions (history included) are dead to engram; they are
+         * exactly the image token's positions (validate) */
+        uint8_t *dead = NULL;
+        int32_t img = (int32_t)s->m->cfg.image_token_id;
+        for (int64_t k = 0; img >= 0 && k < nh + sq->n_tokens; k++)
+            if (ids[k] == img) {
+                if (!dead && !(dead = calloc((size_t)(nh + sq->n_tokens), 1))) abort();
+                dead[k] = 1;
+            }
+        int rc = tide_engram_hash(t, ids, dead, nh, sq->n_tokens, out + s->seq_row0[q] * per, st);
+        free(dead);
         free(ids);
         if (rc != 0) return tide_fail_ctx(st, "forward: sequence %d", q);
     }
@@ -282,7 +302,22 @@ static int engram_layer(const tide_step *s, const tide_layer *L, const int64_t *
     if (rc == 0) {
         tide_weight w = {TIDE_W_FP8, out, in, L->engram.wkv, L->engram.wkv_scale};
         s->ops->linear(s->ops, s->pool, &w, emb, s->rows, kv, TIDE_LIN_BF16_OUT);
+        /* image-span rows get no engram contribution (the reference's gate
+         * 0): their rows are kept aside (FB_RES, free here) and put back */
+        int64_t width = (int64_t)d->hc_mult * d->dim, n_img = 0;
+        size_t wb = (size_t)width * sizeof(float);
+        int64_t *img_rows = NULL;
+        for (int64_t r = 0; s->row_img && r < s->rows; r++) n_img += s->row_img[r];
+        float *keep = s->fx->buf[FB_RES];
+        if (n_img) {
+            img_rows = tide_xmalloc((size_t)n_img * sizeof(int64_t));
+            for (int64_t r = 0, j = 0; r < s->rows; r++)
+                if (s->row_img[r]) img_rows[j++] = r;
+            s->ops->gather_rows(s->ops, h, wb, img_rows, n_img, keep);
+        }
         s->ops->engram_mix(s->ops, kv, L->engram_qk, s->rows, d->hc_mult, d->dim, d->eps, h);
+        for (int64_t j = 0; j < n_img; j++) s->ops->copy(s->ops, h + img_rows[j] * width, keep + j * width, wb);
+        free(img_rows);
     }
     free(emb);
     return rc;
@@ -292,8 +327,22 @@ static void embed(const tide_step *s, float *h) {
     int32_t *ids = tide_xmalloc((size_t)s->rows * sizeof(int32_t));
     for (int q = 0; q < s->n_seqs; q++)
         memcpy(ids + s->seq_row0[q], s->seqs[q].tokens, (size_t)s->seqs[q].n_tokens * sizeof(int32_t));
-    s->ops->embed(s->ops, &s->m->embed, ids, s->rows, (int)s->m->cfg.text.hc_mult, h);
+    int64_t D = s->m->cfg.text.hidden_size, hc = s->m->cfg.text.hc_mult;
+    s->ops->embed(s->ops, &s->m->embed, ids, s->rows, (int)hc, h);
     free(ids);
+    /* image-span rows: their embeddings (the tower's) replace the table's,
+     * one row upload each, repeated over the hc copies */
+    float *row = NULL;
+    for (int q = 0; s->img && q < s->n_seqs; q++) {
+        const tide_step_image *im = &s->img[q];
+        for (int64_t i = 0; im->types && i < s->seqs[q].n_tokens; i++) {
+            if (im->types[i] < 0) continue;
+            if (!row) row = tide_xmalloc((size_t)(hc * D) * sizeof(float));
+            for (int64_t c = 0; c < hc; c++) memcpy(row + c * D, im->rows + i * D, (size_t)D * sizeof(float));
+            s->ops->upload(s->ops, h + (s->seq_row0[q] + i) * hc * D, row, (size_t)(hc * D) * sizeof(float));
+        }
+    }
+    free(row);
 }
 
 static void free_step(tide_step *s) {
@@ -306,6 +355,7 @@ static void free_step(tide_step *s) {
     free(s->topk_n);
     free(s->topk_valid);
     free(s->cand);
+    free(s->row_img);
 }
 
 /* The step's row bookkeeping: every row of every sequence, in order. */
@@ -326,6 +376,10 @@ static void init_rows(tide_step *s, tide_step_seq *seqs, int n_seqs) {
         for (int64_t i = 0; i < seqs[q].n_tokens; i++) {
             s->row_seq[s->seq_row0[q] + i] = q;
             s->row_pos[s->seq_row0[q] + i] = seqs[q].cache->pos + i;
+            if (s->img && s->img[q].types && s->img[q].types[i] >= 0) {
+                if (!s->row_img && !(s->row_img = calloc((size_t)s->rows, 1))) abort();
+                s->row_img[s->seq_row0[q] + i] = 1;
+            }
         }
     int64_t itk = s->m->cfg.text.index_topk > 0 ? s->m->cfg.text.index_topk : 1;
     s->topk = tide_xmalloc((size_t)(s->rows * itk) * sizeof(int32_t));
@@ -389,6 +443,7 @@ static void enter_upper_layers(tide_step *s, step_rows *sr) {
         keep_rows(s->topk, (size_t)itk * sizeof(int32_t), keep, n);
         keep_rows(s->topk_n, sizeof(int32_t), keep, n);
         keep_rows(s->topk_valid, sizeof(int32_t), keep, n);
+        keep_rows(s->row_img, 1, keep, n);
         if (s->has_cand) keep_rows(s->cand, (size_t)s->cand_w, keep, n);
         s->rows = n;
         for (int q = 0, r = 0; q < s->n_seqs; q++) {
@@ -458,11 +513,17 @@ static int prepare(tide_step *s, int64_t **erows, tide_status *st) {
 
 int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_out *out,
                  tide_status *st) {
+    return tide_forward_images(fx, seqs, n_seqs, NULL, out, st);
+}
+
+int tide_forward_images(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, const tide_step_image *img,
+                        tide_step_out *out, tide_status *st) {
     const tide_model *m = fx->m;
     const tide_text_config *c = &m->cfg.text;
-    if (validate(fx, seqs, n_seqs, st) != 0) return -1;
+    if (validate(fx, seqs, n_seqs, img, st) != 0) return -1;
     tide_step s;
     memset(&s, 0, sizeof s);
+    s.img = img;
     s.fx = fx;
     s.m = m;
     s.ops = fx->ops;

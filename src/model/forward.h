@@ -93,6 +93,16 @@ typedef struct tide_step_seq {
     int logits;             /* TIDE_LOGITS_* */
 } tide_step_seq;
 
+/* A sequence's image spans in a step (docs/vision.md): types[t] >= 0 marks
+ * token t as a span position (its id must be image_token_id), and rows
+ * ([n_tokens][hidden], only the span rows read) replaces those embeddings
+ * (tide_vision_span_embeds). Span positions route with ffn.gate.bias_vl and
+ * are dead to engram. types NULL: all text. */
+typedef struct tide_step_image {
+    const int8_t *types;
+    const float *rows;
+} tide_step_image;
+
 typedef struct tide_step_out {
     /* [n_logit_rows][vocab], rows in sequence order (LAST: one row, ALL:
      * n_tokens rows). NULL if no sequence asks for logits. */
@@ -104,7 +114,7 @@ typedef struct tide_step_out {
 } tide_step_out;
 
 /* Runs one step. Fails (state unchanged) on bad token ids (< 0 or >= vocab),
- * on the image token (vision is not supported yet), on a sequence listed
+ * on the image token outside an image span (types / rows), on a sequence listed
  * twice, when the KV pool is exhausted, when logits are asked of rows below
  * cache->tail_lo (the decoder variant skipped them), or when a sequence
  * would be fed past its active checkpoint (tide_seq_checkpoint).
@@ -112,6 +122,9 @@ typedef struct tide_step_out {
  * target layers above the last KV source. */
 int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_out *out,
                  tide_status *st);
+/* The same with image spans: img [n_seqs] (NULL: all text). */
+int tide_forward_images(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, const tide_step_image *img,
+                        tide_step_out *out, tide_status *st);
 
 /* Number of logit rows a step produces (for sizing out->logits). */
 int64_t tide_step_logit_rows(const tide_step_seq *seqs, int n_seqs);

@@ -70,6 +70,8 @@ typedef struct tide_step {
     uint8_t *cand;
     int64_t cand_w;
     int has_cand;
+    const tide_step_image *img; /* [n_seqs] image spans, NULL: all text */
+    uint8_t *row_img;   /* [rows] 1: an image-span position (bias_vl); NULL: all text */
 } tide_step;
 
 /* Sub-layers (x: [rows][dim] normalised input; out: [rows][dim]). */

@@ -190,6 +190,44 @@ static void block(mb *b, const tide_layer_role *r) {
     }
 }
 
+/* Vision tower and aligner (reference vision.py ViT / Aligner, and the
+ * Transformer's image_start / image_end / image_newline), all BF16 as the
+ * release stores them (docs/vision.md). Listed only with a tower. */
+static void vision(mb *b) {
+    const tide_vision_config *v = &b->cfg->vision;
+    int64_t Dv = v->hidden_size, I = v->intermediate_size, p = v->patch_size, r = v->downsample_ratio;
+    int64_t D = b->cfg->text.hidden_size;
+    char name[TIDE_MANIFEST_NAME];
+    b->layer = -1;
+    snprintf(b->prefix, sizeof b->prefix, "vision.");
+    linear_bf16(b, "patch_embed.proj", Dv, 3 * p * p);
+    plain1(b, "patch_embed.proj.bias", TIDE_DT_BF16, Dv, 0.0f, 0.02f);
+    for (int64_t l = 0; l < v->num_hidden_layers && !b->failed; l++) {
+        snprintf(b->prefix, sizeof b->prefix, "vision.blocks.%lld.", (long long)l);
+        norm(b, "norm1.weight", Dv);
+        linear_bf16(b, "attn.wqkv", 3 * Dv, Dv);
+        plain1(b, "attn.wqkv.bias", TIDE_DT_BF16, 3 * Dv, 0.0f, 0.02f);
+        linear_bf16(b, "attn.wo", Dv, Dv);
+        plain1(b, "attn.wo.bias", TIDE_DT_BF16, Dv, 0.0f, 0.02f);
+        norm(b, "norm2.weight", Dv);
+        linear_bf16(b, "mlp.w1", 2 * I, Dv);
+        linear_bf16(b, "mlp.w2", Dv, I);
+    }
+    snprintf(b->prefix, sizeof b->prefix, "vision.");
+    norm(b, "norm.weight", Dv);
+    snprintf(b->prefix, sizeof b->prefix, "aligner.");
+    linear_bf16(b, "w1", D, Dv * r * r);
+    plain1(b, "w1.bias", TIDE_DT_BF16, D, 0.0f, 0.02f);
+    linear_bf16(b, "w2", D, D);
+    plain1(b, "w2.bias", TIDE_DT_BF16, D, 0.0f, 0.02f);
+    b->prefix[0] = 0;
+    for (int i = 0; i < 3; i++) {
+        static const char *const delim[3] = {"image_start", "image_end", "image_newline"};
+        snprintf(name, sizeof name, "%s", delim[i]);
+        plain1(b, name, TIDE_DT_BF16, D, 0.0f, 1.0f);
+    }
+}
+
 int tide_manifest_layer_name(const tide_config *cfg, int layer, const char *suffix, char *buf, size_t cap,
                              tide_status *st) {
     int L = (int)cfg->text.num_hidden_layers;
@@ -219,6 +257,7 @@ int tide_manifest_build(const tide_config *cfg, tide_manifest *m, tide_status *s
         else snprintf(b.prefix, sizeof b.prefix, "mtp.%d.", i - L);
         block(&b, &cfg->roles[i]);
     }
+    if (cfg->vision.num_hidden_layers > 0) vision(&b);
     if (!b.failed && !(m->by_name = malloc(sizeof *m->by_name * (m->n ? m->n : 1)))) {
         b.failed = 1;
         tide_fail(st, TIDE_ERR_NOMEM, "manifest: out of memory");

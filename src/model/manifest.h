@@ -20,8 +20,10 @@
  *              mtp.0.main_norm.weight and, on the last stage, norm.weight,
  *              markov_head.{embed,head}.weight, confidence_head.proj.weight.
  * DSpark stages share embed/head with the backbone: no mtp.*.embed / head.
- * Vision tower tensors (vision.*, aligner.*, image_*) are not listed: tide
- * does not run the tower yet and inspect reports them as unused.
+ * With a vision tower (vision_config.num_hidden_layers > 0), last:
+ *   vision.patch_embed.proj.{weight,bias}, vision.norm.weight,
+ *   vision.blocks.{l}.{norm1,norm2}.weight, attn.{wqkv,wo}.{weight,bias}, mlp.{w1,w2}.weight
+ *   aligner.{w1,w2}.{weight,bias}, image_start, image_end, image_newline (docs/vision.md)
  *
  * Stored dtypes (spec §2): FP8 linears are F8_E4M3 [out, in] + F8_E8M0
  * .scale [ceil(out/32), ceil(in/32)]; routed experts F4 declared [out, in]

@@ -39,8 +39,23 @@ void tide_moe(tide_step *s, const tide_ffn_weights *f, const float *x, float *ou
     int32_t *idx = tide_xmalloc((size_t)(rows * k) * sizeof(int32_t));
     float *wt = tide_xmalloc((size_t)(rows * k) * sizeof(float));
     int func = !strcmp(c->scoring_func, "sigmoid") ? 1 : !strcmp(c->scoring_func, "softmax") ? 2 : 0;
-    ops->moe_route(ops, logits, rows, E, k, func, f->bias, c->norm_topk_prob, (float)c->routed_scaling_factor, idx,
-                   wt);
+    ops->moe_route(ops, logits, rows, E, k, func, f->bias, c->norm_topk_prob, (float)c->routed_scaling_factor,
+                      idx, wt);
+    if (s->row_img && f->bias_vl) {
+        /* image-span rows select with bias_vl (routing is row-independent, so
+         * routing every row again and keeping the image rows' is exact) */
+        int32_t *iv = tide_xmalloc((size_t)(rows * k) * sizeof(int32_t));
+        float *wv = tide_xmalloc((size_t)(rows * k) * sizeof(float));
+        ops->moe_route(ops, logits, rows, E, k, func, f->bias_vl, c->norm_topk_prob,
+                          (float)c->routed_scaling_factor, iv, wv);
+        for (int64_t r = 0; r < rows; r++)
+            if (s->row_img[r]) {
+                memcpy(idx + r * k, iv + r * k, (size_t)k * sizeof(int32_t));
+                memcpy(wt + r * k, wv + r * k, (size_t)k * sizeof(float));
+            }
+        free(iv);
+        free(wv);
+    }
 
     ops->zero(ops, acc, (size_t)(rows * D) * sizeof(float));
     float *we = tide_xmalloc((size_t)rows * sizeof(float));

@@ -426,6 +426,8 @@ class Model:
         n_exp, _ = a.moe_config(i)
         L["gate_w"] = w.param(f + "gate.weight", "bf16")
         L["gate_bias"] = w.f32(f + "gate.bias") if w.has(f + "gate.bias") else None
+        # image-span tokens select with their own bias (docs/vision.md)
+        L["gate_bias_vl"] = w.f32(f + "gate.bias_vl") if w.has(f + "gate.bias_vl") else None
         L["experts"] = [(w.linear(f + f"experts.{e}.w1"), w.linear(f + f"experts.{e}.w2"),
                          w.linear(f + f"experts.{e}.w3")) for e in range(n_exp)]
         L["shared"] = (w.linear(f + "shared_experts.w1"), w.linear(f + "shared_experts.w2"),
@@ -593,11 +595,17 @@ class Model:
 
     # ---- MoE
 
-    def moe(self, L, x):
+    def moe(self, L, x, img=None):
+        """img: None, or [t] bool, True for image-span rows (they select with bias_vl)."""
         a = self.args
         _, k = a.moe_config(L["id"])
         w, idx = moe_route(x, L["gate_w"], L["gate_bias"], k, a.route_scale, a.score_func,
                            a.norm_topk_prob, a.gate_temp)
+        if img is not None and img.any() and L["gate_bias_vl"] is not None:
+            wv, iv = moe_route(x[img], L["gate_w"], L["gate_bias_vl"], k, a.route_scale, a.score_func,
+                               a.norm_topk_prob, a.gate_temp)
+            w, idx = w.copy(), idx.copy()
+            w[img], idx[img] = wv, iv
         y = np.zeros(x.shape, dtype=F32)
         for e in np.unique(idx):
             rows, slot = np.nonzero(idx == e)
@@ -609,7 +617,7 @@ class Model:
 
     # ---- block
 
-    def block(self, L, st, h, pre_mix, sp, dump=None, attn_fn=None):
+    def block(self, L, st, h, pre_mix, sp, dump=None, attn_fn=None, img=None):
         a = self.args
         hc = a.hc_mult
         i = L["id"]
@@ -623,7 +631,7 @@ class Model:
         fpre, fpost, fcomb = hc_mixes(h, L["hc_ffn_fn"], L["hc_ffn_scale"], L["hc_ffn_base"], hc,
                                       a.hc_sinkhorn_iters, a.hc_eps, a.norm_eps)
         x = nx.rmsnorm(hc_pre(h, apre), L["ffn_norm"], a.norm_eps)
-        x = self.moe(L, x)
+        x = self.moe(L, x, img)
         h = hc_post(x, residual, fpost, fcomb)
         if dump is not None:
             dump[f"L{i}.ffn_out"] = x
@@ -633,11 +641,14 @@ class Model:
 
     # ---- top level
 
-    def forward(self, st, ids, dump=None, all_logits=True, teacher=None):
+    def forward(self, st, ids, dump=None, all_logits=True, teacher=None, image=None):
         """Run len(ids) tokens at positions st.pos.. and advance st.pos.
         teacher: optional mapping; where it holds "L{i}.h_in" ([L, hc, dim]), that
         array replaces layer i's input (after its engram), so one layer can be
         checked on an engine's own input without earlier rounding flips.
+        image: optional (types [L] int, -1 text, >= 0 image-span positions; rows [L, dim] float32):
+        span positions take their row as the embedding, route with bias_vl and are dead to engram
+        (in the n-grams of later tokens too). docs/vision.md.
         -> dict(logits float32 [L, vocab] (or [1, vocab]), main_hidden bf16 [L, n_targets*dim] or None)."""
         a = self.args
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -648,10 +659,17 @@ class Model:
             raise ValueError(f"token id out of range [0, {a.vocab_size})")
         sp = st.pos
         hashes = None
+        img = None if image is None else np.asarray(image[0]).reshape(-1) >= 0
         if self.hasher is not None:
-            st.history = np.concatenate([st.history, self.hasher.compress(ids)])
+            cids = self.hasher.compress(ids)
+            if img is not None:
+                cids = np.where(img, -1, cids)
+            st.history = np.concatenate([st.history, cids])
             hashes = self.hasher.hashes(st.history, sp, n)
-        h = np.repeat(self.embed[ids][:, None, :], a.hc_mult, 1)
+        e = self.embed[ids]
+        if img is not None:
+            e = np.where(img[:, None], np.asarray(image[1], dtype=F32), e)
+        h = np.repeat(e[:, None, :], a.hc_mult, 1)
         pre_mix = np.zeros((n, a.hc_mult), dtype=F32)
         pre_mix[:, 0] = 1
         st.cur_src = None
@@ -660,8 +678,11 @@ class Model:
             i = L["id"]
             if "engram" in L:
                 E = L["engram"]
+                h_in = h
                 h = eg.engram_apply(h, hashes[:, E["index"]], E["table"], E["table_scale"], E["wkv"],
                                     E["q_weight"], E["k_weight"], a.norm_eps)
+                if img is not None:
+                    h = np.where(img[:, None, None], h_in, h)  # gate 0 for image-span rows
                 if dump is not None:
                     dump[f"L{i}.engram_out"] = h
                     dump[f"L{i}.engram_hash"] = hashes[:, E["index"]]
@@ -671,7 +692,7 @@ class Model:
                 targets.append(nx.bf16(h.astype(F32).sum(1, dtype=F32) / F32(a.hc_mult)))
             if dump is not None:
                 dump[f"L{i}.h_in"] = h
-            h, pre_mix = self.block(L, st, h, pre_mix, sp, dump)
+            h, pre_mix = self.block(L, st, h, pre_mix, sp, dump, img=img)
         x = nx.rmsnorm(hc_pre(h, pre_mix), self.norm, a.norm_eps)
         rows = x if all_logits else x[-1:]
         logits = self.head_logits(rows)
