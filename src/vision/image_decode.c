@@ -31,6 +31,7 @@ void tide_image_free(tide_image *im) {
     memset(im, 0, sizeof *im);
 }
 
+#if defined(TIDE_HAVE_PNG) || defined(TIDE_HAVE_JPEG) || defined(TIDE_HAVE_WEBP) || defined(TIDE_HAVE_GIF)
 /* The declared size against the limits; allocates the pixels. */
 static int alloc_pixels(const char *fmt, int64_t w, int64_t h, int64_t max_pixels, tide_image *out, tide_status *st) {
     if (w < 1 || h < 1)
@@ -44,8 +45,10 @@ static int alloc_pixels(const char *fmt, int64_t w, int64_t h, int64_t max_pixel
     out->w = (int)w, out->h = (int)h;
     return 0;
 }
+#endif
 
 /* ---- PNG (libpng) ---- */
+
 #ifdef TIDE_HAVE_PNG
 typedef struct png_src {
     const uint8_t *p;
