@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/ep.h"
 #include "model/forward_internal.h"
 #include "num/num.h"
 
@@ -25,6 +26,11 @@ static void expert(tide_step *s, const tide_weight *w1, const tide_weight *w2, c
     s->ops->linear(s->ops, s->pool, w2, g, n, y, TIDE_LIN_BF16_OUT);
     free(g);
     free(u);
+}
+
+void tide_moe_expert(tide_step *s, const tide_ffn_weights *f, int e, const float *x, int64_t n, const float *wt,
+                     float *y) {
+    expert(s, &f->w1[e], &f->w2[e], &f->w3[e], x, n, wt, y);
 }
 
 void tide_moe(tide_step *s, const tide_ffn_weights *f, const float *x, float *out) {
@@ -47,7 +53,9 @@ void tide_moe(tide_step *s, const tide_ffn_weights *f, const float *x, float *ou
     float *we = tide_xmalloc((size_t)rows * sizeof(float));
     int64_t *who = tide_xmalloc((size_t)rows * sizeof(int64_t));
     if (!acc) abort();
-    for (int e = 0; e < E; e++) {
+    if (s->m->ep) /* expert parallel: the experts run on the ranks holding them */
+        tide_ep_moe(s, f, x, idx, wt, acc);
+    for (int e = 0; e < E && !s->m->ep; e++) {
         int64_t n = 0;
         for (int64_t r = 0; r < rows; r++)
             for (int i = 0; i < k; i++)
