@@ -1,0 +1,91 @@
+#!/bin/bash
+# Expert parallelism end to end (docs/ep.md): `tide run --ep N` over the CPU
+# communicator gives the tokens of the single-process `tide run` on tiny and
+# small (greedy lines and a seeded sampled one; 2 and 4 ranks, with EPLB
+# copies and rebalancing), and a rank process killed in the middle of the
+# batch leaves every request finished exactly once, with the same tokens.
+# Fresh random checkpoints, prompts and kill point each run (seeds printed).
+# Usage: sh_ep.sh TIDE_EXE SRC_DIR BIN_DIR
+set -u
+TIDE=$1
+PY=${TIDE_PYTHON:-/usr/bin/python3}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tide-ep-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+fails=0
+fail() { echo "FAIL $1"; sed 's/^/  /' "$WORK/err" 2>/dev/null | tail -8; fails=$((fails + 1)); }
+ok() { echo "ok   $1"; }
+SEED=${TIDE_TEST_SEED:-$(( (RANDOM << 15 | RANDOM) % 100000 + 1 ))}
+echo "seed $SEED (TIDE_TEST_SEED=$SEED replays it)"
+
+# requests: N lines, greedy but for one seeded sampled line
+mkreq() { # N MAXTOK OUT
+    "$PY" - "$1" "$2" "$SEED" >"$3" <<'EOF'
+import json, random, sys
+n, mt, seed = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+r = random.Random(seed)
+for i in range(n):
+    line = {"id": "q%d" % i, "prompt_ids": [r.randint(2, 3000) for _ in range(r.randint(1, 12))],
+            "max_tokens": r.randint(2, mt), "temperature": 0}
+    if i == n - 1:
+        line.update(temperature=0.9, seed=r.randint(1, 1 << 30))
+    print(json.dumps(line))
+EOF
+}
+# same ids, tokens and finish reasons (in any order); every id once
+same() { # A B
+    "$PY" - "$1" "$2" <<'EOF'
+import json, sys
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids)), "an id twice in %s" % p
+    return sorted((r["id"], r["output_ids"], r["finish_reason"]) for r in rows)
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a == b, "differ: %s" % [x for x in zip(a, b) if x[0] != x[1]][:2]
+EOF
+}
+
+for shape in tiny small; do
+    M="$WORK/$shape"
+    "$TIDE" synth --shape $shape -o "$M" --seed "$SEED" -q --no-tokenizer || { echo "FAIL synth $shape"; exit 1; }
+    if [ $shape = tiny ]; then mkreq 8 8 "$WORK/in.jsonl"; else mkreq 4 4 "$WORK/in.jsonl"; fi
+    "$TIDE" run --model "$M" --input "$WORK/in.jsonl" --output "$WORK/ref.jsonl" --ignore-eos 2>"$WORK/err" ||
+        { fail "$shape: plain run"; continue; }
+    for cfg in "2" "4 --ep-redundant 3 --eplb-window 2"; do
+        n=${cfg%% *}
+        # shellcheck disable=SC2086
+        if ! "$TIDE" run --ep $cfg --model "$M" --input "$WORK/in.jsonl" --output "$WORK/ep.jsonl" --ignore-eos \
+            2>"$WORK/err"; then fail "$shape: --ep $cfg"
+        elif ! same "$WORK/ref.jsonl" "$WORK/ep.jsonl" 2>>"$WORK/err"; then fail "$shape: --ep $cfg tokens"
+        elif ! grep -q "balancedness" "$WORK/err"; then fail "$shape: --ep $cfg reports no balancedness"
+        else ok "$shape: --ep $cfg gives the single-process tokens"; fi
+    done
+done
+
+# --- a rank killed mid-batch (tiny, 3 ranks): survivors finish everything once ---
+M="$WORK/tiny"
+mkreq 8 8 "$WORK/in.jsonl"
+"$TIDE" run --model "$M" --input "$WORK/in.jsonl" --output "$WORK/ref.jsonl" --ignore-eos 2>"$WORK/err"
+K=$(( SEED % 60 + 15 )) # an exchange round inside the batch (a run takes ~130)
+"$TIDE" run --ep 3 --ep-kill 1:$K --ep-timeout 20000 --model "$M" --input "$WORK/in.jsonl" \
+    --output "$WORK/kill.jsonl" --ignore-eos 2>"$WORK/err"
+rc=$?
+if [ $rc -ne 0 ]; then fail "kill at round $K: exit $rc"
+elif ! grep -q "rank 1 was killed" "$WORK/err" || ! grep -q "1 recoveries" "$WORK/err"; then
+    fail "kill at round $K: no kill or no recovery reported"
+elif ! grep -q "8 requests finished once each (1 ranks lost" "$WORK/err"; then fail "kill at round $K: count"
+elif ! same "$WORK/ref.jsonl" "$WORK/kill.jsonl" 2>>"$WORK/err"; then fail "kill at round $K: tokens"
+else ok "rank 1 killed at exchange round $K: 8 requests finished once, same tokens"; fi
+
+# --- bad options are refused with a message ---
+for bad in "--ep 0" "--ep 65" "--ep 2 --ep-kill x" "--ep 2 --ep-kill 2:5" "--ep 2 --eplb-window -1"; do
+    # shellcheck disable=SC2086
+    "$TIDE" run $bad --model "$M" --input "$WORK/in.jsonl" 2>"$WORK/err" >/dev/null
+    rc=$?
+    if [ $rc -ne 2 ] || [ ! -s "$WORK/err" ]; then fail "'$bad' (exit $rc)"; else ok "'$bad' refused"; fi
+done
+"$TIDE" run --ep 2 --model "$WORK/nowhere" --input "$WORK/in.jsonl" 2>"$WORK/err" >/dev/null
+if [ $? -ne 1 ]; then fail "missing model"; else ok "missing model: exit 1"; fi
+
+[ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
+[ $fails -eq 0 ]
