@@ -87,5 +87,13 @@ done
 "$TIDE" run --ep 2 --model "$WORK/nowhere" --input "$WORK/in.jsonl" 2>"$WORK/err" >/dev/null
 if [ $? -ne 1 ]; then fail "missing model"; else ok "missing model: exit 1"; fi
 
+# --- tide bench eplb: the table, the bound balanced, EPLB not worse than plain on a strong skew ---
+if ! "$TIDE" bench eplb --experts 32 --top-k 4 --layers 3 --ranks 4 --redundant 4 --skew 150 --drift 0 \
+    --tokens 400 --windows 3 --seed "$SEED" >"$WORK/bench" 2>"$WORK/err"; then fail "bench eplb"
+elif ! awk '/^plain/ {p=$(NF-1)} /^EPLB from the previous/ {e=$(NF-1)} /same window/ {b=$(NF-1)}
+            END {exit !(p > 0 && e >= p && b >= e - 0.02 && b <= 1)}' "$WORK/bench"; then
+    cp "$WORK/bench" "$WORK/err"; fail "bench eplb figures"
+else ok "bench eplb: $(grep -c . "$WORK/bench") lines, EPLB >= plain"; fi
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]
