@@ -32,25 +32,15 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_ep.h"
 #include "cli/out_file.h"
 #include "dist/ep.h"
 #include "engine/engine.h"
 #include "engine/request_jsonl.h"
+#include "base/log.h"
 #include "engine/rng.h"
 
 #define ANN_CAP 200 /* lines announced per sync */
-
-typedef struct {
-    const char *model, *input, *output, *ids_s;
-    int64_t ranks, max_tokens, threads, redundant, window, timeout_ms, max_seqs, step_tokens;
-    int64_t kill_rank, kill_round;
-    int ignore_eos;
-} ep_opts;
-
-typedef struct {
-    tide_jsonl_request *lines;
-    int64_t n;
-} lines_t;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tide run --ep N --model DIR (--input IN.jsonl [--output OUT.jsonl] | --prompt-ids 1,2,3)\n"
@@ -68,7 +58,7 @@ static void usage(FILE *f) {
             TIDE_COMM_MAX);
 }
 
-static int parse(int argc, char **argv, ep_opts *o) {
+static int parse(int argc, char **argv, tide_ep_run_opts *o) {
     memset(o, 0, sizeof *o);
     o->max_tokens = 16;
     o->threads = 1;
@@ -81,14 +71,14 @@ static int parse(int argc, char **argv, ep_opts *o) {
         size_t off;
         int64_t lo, hi;
     } nums[] = {
-        {"--ep", offsetof(ep_opts, ranks), 1, TIDE_COMM_MAX},
-        {"--max-tokens", offsetof(ep_opts, max_tokens), 1, 1000000},
-        {"--threads", offsetof(ep_opts, threads), 1, 256},
-        {"--ep-redundant", offsetof(ep_opts, redundant), 0, 4096},
-        {"--eplb-window", offsetof(ep_opts, window), 0, 1 << 30},
-        {"--ep-timeout", offsetof(ep_opts, timeout_ms), 10, 3600000},
-        {"--max-seqs", offsetof(ep_opts, max_seqs), 1, 4096},
-        {"--step-tokens", offsetof(ep_opts, step_tokens), 1, 1 << 24},
+        {"--ep", offsetof(tide_ep_run_opts, ranks), 1, TIDE_COMM_MAX},
+        {"--max-tokens", offsetof(tide_ep_run_opts, max_tokens), 1, 1000000},
+        {"--threads", offsetof(tide_ep_run_opts, threads), 1, 256},
+        {"--ep-redundant", offsetof(tide_ep_run_opts, redundant), 0, 4096},
+        {"--eplb-window", offsetof(tide_ep_run_opts, window), 0, 1 << 30},
+        {"--ep-timeout", offsetof(tide_ep_run_opts, timeout_ms), 10, 3600000},
+        {"--max-seqs", offsetof(tide_ep_run_opts, max_seqs), 1, 4096},
+        {"--step-tokens", offsetof(tide_ep_run_opts, step_tokens), 1, 1 << 24},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -144,7 +134,13 @@ static int parse(int argc, char **argv, ep_opts *o) {
 }
 
 /* Every request line, checked before any rank starts (--prompt-ids: one). */
-static int read_requests(const ep_opts *o, lines_t *L, tide_status *st) {
+void tide_ep_lines_free(tide_ep_lines *L) {
+    for (int64_t i = 0; i < L->n; i++) tide_jsonl_request_free(&L->lines[i]);
+    free(L->lines);
+    memset(L, 0, sizeof *L);
+}
+
+static int read_requests(const tide_ep_run_opts *o, tide_ep_lines *L, tide_status *st) {
     const tide_jsonl_defaults d = {.max_tokens = o->max_tokens, .ignore_eos = o->ignore_eos};
     char *line = NULL;
     size_t cap = 0, len;
@@ -190,7 +186,7 @@ typedef struct {
 } result;
 
 typedef struct {
-    const lines_t *L;
+    const tide_ep_lines *L;
     result *res; /* finished in the current step */
     int64_t n_res, cap_res;
 } rank_events;
@@ -241,7 +237,7 @@ typedef struct {
     int64_t idx[ANN_CAP];
 } ctl_block;
 
-static int rank_main(const ep_opts *o, const lines_t *L, tide_model *m, tide_comm *c, int out_fd) {
+static int rank_main(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_model *m, tide_comm *c, int out_fd) {
     tide_status st = {0};
     int n0 = c->world;
     tide_ep_opts eo = {.redundant = (int)o->redundant, .window = o->window, .n_threads = (int)o->threads,
@@ -259,7 +255,7 @@ static int rank_main(const ep_opts *o, const lines_t *L, tide_model *m, tide_com
     if (!done || !mine_done || !ann || !all) abort();
     rank_events rev = {.L = L};
     tide_engine_config cfg = tide_engine_config_default();
-    cfg.model_dir = o->model;
+    cfg.model_dir = o->no_model_dir ? NULL : o->model;
     cfg.n_threads = (int)o->threads;
     cfg.max_seqs = (int)o->max_seqs;
     cfg.max_step_tokens = o->step_tokens;
@@ -353,16 +349,14 @@ static int rank_main(const ep_opts *o, const lines_t *L, tide_model *m, tide_com
         free(alld);
         restart = 1;
     }
-    if (rc == 0 && tide_ep_measure(ep, &st) == 0 && c->rank == 0) {
+    if (rc == 0 && tide_ep_measure(ep, &st) == 0) { /* the launcher sums these */
         tide_ep_stats s;
         tide_ep_get_stats(ep, &s);
-        fprintf(stderr,
-                "tide run --ep: %d ranks at the end (%d at the start), experts balancedness %.3f (mean/max "
-                "routed rows per rank, last window), %lld rebalances, %lld recoveries, rank 0: %lld rounds, "
-                "%lld rows sent, %lld served, %lld bytes of experts reloaded\n",
-                c->world, n0, s.balancedness, (long long)s.rebalances, (long long)s.recoveries,
-                (long long)s.rounds, (long long)s.rows_sent, (long long)s.rows_served,
-                (long long)s.bytes_reloaded);
+        char line[256];
+        int n = snprintf(line, sizeof line, "S\t%lld %lld %lld %lld %lld %lld %d %.9f\n", (long long)s.rounds,
+                         (long long)s.rows_sent, (long long)s.rows_served, (long long)s.rebalances,
+                         (long long)s.recoveries, (long long)s.bytes_reloaded, c->world, s.balancedness);
+        if (write_all(out_fd, line, (size_t)n) != 0) rc = 1;
     }
     if (rc) fprintf(stderr, "tide run: rank %d: %s\n", c->orig[c->rank], st.msg);
     tide_engine_destroy(e);
@@ -378,28 +372,55 @@ static int rank_main(const ep_opts *o, const lines_t *L, tide_model *m, tide_com
 
 /* ---- the launcher ---------------------------------------------------------- */
 
-int tide_cmd_ep_run(int argc, char **argv) {
-    ep_opts o;
-    int rc = parse(argc, argv, &o);
-    if (rc >= 0) return rc;
-    tide_status st = {0};
-    lines_t L = {0};
-    tide_model *m = NULL;
-    int N = (int)o.ranks, fds[TIDE_COMM_MAX * TIDE_COMM_MAX], pipes[TIDE_COMM_MAX][2];
+void tide_ep_result_free(tide_ep_result *r, int64_t n_lines) {
+    if (r->got)
+        for (int64_t i = 0; i < n_lines; i++) free(r->got[i]);
+    free(r->got);
+    memset(r, 0, sizeof *r);
+}
+
+/* One line from a rank: "index<TAB>json" (a result) or "S<TAB>..." (its
+ * statistics at the end). */
+static void take_line(char *s, const tide_ep_lines *L, tide_ep_result *res) {
+    char *tab = strchr(s, '\t');
+    if (!tab) return;
+    if (s[0] == 'S') {
+        long long v[6];
+        int world;
+        double bal;
+        if (sscanf(tab + 1, "%lld %lld %lld %lld %lld %lld %d %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &world, &bal) != 8)
+            return;
+        res->stats.rounds += v[0];
+        res->stats.rows_sent += v[1];
+        res->stats.rows_served += v[2];
+        res->stats.rebalances = v[3];
+        res->stats.recoveries = v[4];
+        res->stats.bytes_reloaded += v[5];
+        res->stats.balancedness = bal;
+        res->world_end = world;
+        return;
+    }
+    long long idx = strtoll(s, NULL, 10);
+    if (idx < 0 || idx >= L->n) return;
+    if (res->got[idx]) res->dup++;
+    else {
+        res->got[idx] = strdup(tab + 1);
+        if (!res->got[idx]) abort();
+        res->n_got++;
+    }
+}
+
+int tide_ep_launch(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_model *m, tide_ep_result *res,
+                   tide_status *st) {
+    memset(res, 0, sizeof *res);
+    int N = (int)o->ranks, fds[TIDE_COMM_MAX * TIDE_COMM_MAX], pipes[TIDE_COMM_MAX][2];
     pid_t pids[TIDE_COMM_MAX];
-    char **got = NULL;
-    int64_t dup = 0, n_got = 0;
-    tide_out_file out = {.fd = -1};
-    rc = TIDE_EXIT_FAIL;
-    if (read_requests(&o, &L, &st) != 0 || tide_model_load(o.model, &m, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        goto done;
-    }
-    if (tide_out_open(&out, o.output, o.input, &st) != 0 || tide_comm_sock_mesh(N, fds, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        goto done;
-    }
+    res->got = calloc((size_t)L->n + 1, sizeof *res->got);
+    if (!res->got) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+    if (tide_comm_sock_mesh(N, fds, st) != 0) return -1;
     setenv("NCCL_NVLS_ENABLE", "0", 1); /* NVLink multicast stays off (docs/ep.md) */
+    double t0 = tide_now_seconds();
     fflush(NULL);
     for (int r = 0; r < N; r++) {
         if (pipe(pipes[r]) != 0) abort();
@@ -411,8 +432,8 @@ int tide_cmd_ep_run(int argc, char **argv) {
         if (pids[r] == 0) {
             for (int q = 0; q <= r; q++) close(pipes[q][0]);
             tide_comm *c;
-            if (tide_comm_sock_create(r, N, fds, (int)o.timeout_ms, &c, &st) != 0) _exit(3);
-            int x = rank_main(&o, &L, m, c, pipes[r][1]);
+            if (tide_comm_sock_create(r, N, fds, (int)o->timeout_ms, &c, st) != 0) _exit(3);
+            int x = rank_main(o, L, m, c, pipes[r][1]);
             tide_comm_free(c);
             _exit(x);
         }
@@ -420,8 +441,7 @@ int tide_cmd_ep_run(int argc, char **argv) {
     }
     for (int i = 0; i < N * N; i++)
         if (fds[i] >= 0) close(fds[i]);
-    /* collect "index<TAB>json\n" lines; a line cut by a death is dropped */
-    got = calloc((size_t)L.n + 1, sizeof *got);
+    /* collect lines; a line cut by a death is dropped */
     char *buf[TIDE_COMM_MAX] = {0};
     size_t blen[TIDE_COMM_MAX] = {0}, bcap[TIDE_COMM_MAX] = {0};
     int open_n = N;
@@ -448,56 +468,71 @@ int tide_cmd_ep_run(int argc, char **argv) {
             char *s = buf[r], *nl;
             while ((nl = memchr(s, '\n', blen[r] - (size_t)(s - buf[r])))) {
                 *nl = 0;
-                char *tab = strchr(s, '\t');
-                long long idx = tab ? strtoll(s, NULL, 10) : -1;
-                if (idx >= 0 && idx < L.n) {
-                    if (got[idx]) dup++;
-                    else {
-                        got[idx] = strdup(tab + 1);
-                        n_got++;
-                    }
-                }
+                take_line(s, L, res);
                 s = nl + 1;
             }
             blen[r] -= (size_t)(s - buf[r]);
             memmove(buf[r], s, blen[r]);
         }
     }
-    int lost = 0, failed = 0;
+    int failed = 0;
     for (int r = 0; r < N; r++) {
         int ws;
         waitpid(pids[r], &ws, 0);
         free(buf[r]);
         if (WIFSIGNALED(ws)) {
             fprintf(stderr, "tide run --ep: rank %d was killed (signal %d)\n", r, WTERMSIG(ws));
-            lost++;
+            res->lost++;
         } else if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
             fprintf(stderr, "tide run --ep: rank %d failed\n", r);
             failed++;
         }
     }
-    if (n_got != L.n || failed) {
-        fprintf(stderr, "tide run --ep: %lld of %lld requests finished\n", (long long)n_got, (long long)L.n);
-        tide_out_abort(&out);
+    res->seconds = tide_now_seconds() - t0;
+    if (res->n_got != L->n || failed)
+        return tide_fail(st, TIDE_ERR_IO, "%lld of %lld requests finished (%d ranks failed, %d lost)",
+                         (long long)res->n_got, (long long)L->n, failed, res->lost);
+    return 0;
+}
+
+int tide_cmd_ep_run(int argc, char **argv) {
+    tide_ep_run_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    tide_status st = {0};
+    tide_ep_lines L = {0};
+    tide_model *m = NULL;
+    tide_ep_result res = {0};
+    tide_out_file out = {.fd = -1};
+    rc = TIDE_EXIT_FAIL;
+    if (read_requests(&o, &L, &st) != 0 || tide_model_load(o.model, &m, &st) != 0 ||
+        tide_out_open(&out, o.output, o.input, &st) != 0) {
+        fprintf(stderr, "tide run: %s\n", st.msg);
         goto done;
     }
-    for (int64_t i = 0; i < L.n; i++)
-        if (tide_out_line(&out, got[i], strlen(got[i]), &st) != 0) break;
+    if (tide_ep_launch(&o, &L, m, &res, &st) != 0) {
+        fprintf(stderr, "tide run --ep: %s\n", st.msg);
+        goto done;
+    }
+    for (int64_t i = 0; i < L.n && !st.msg[0]; i++) tide_out_line(&out, res.got[i], strlen(res.got[i]), &st);
     if (st.msg[0] || tide_out_commit(&out, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
-        tide_out_abort(&out);
         goto done;
     }
+    const tide_ep_stats *s = &res.stats;
+    fprintf(stderr,
+            "tide run --ep: %d ranks at the end (%lld at the start), experts balancedness %.3f (mean/max routed "
+            "rows per rank, last window), %lld rebalances, %lld recoveries; all ranks: %lld rows sent, %lld "
+            "served, %lld bytes of experts reloaded\n",
+            res.world_end, (long long)o.ranks, s->balancedness, (long long)s->rebalances, (long long)s->recoveries,
+            (long long)s->rows_sent, (long long)s->rows_served, (long long)s->bytes_reloaded);
     fprintf(stderr, "tide run --ep: %lld requests finished once each (%d ranks lost, %lld repeated results dropped)\n",
-            (long long)L.n, lost, (long long)dup);
+            (long long)L.n, res.lost, (long long)res.dup);
     rc = TIDE_EXIT_OK;
 done:
     tide_out_abort(&out); /* nothing when committed */
-    if (got)
-        for (int64_t i = 0; i < L.n; i++) free(got[i]);
-    free(got);
-    for (int64_t i = 0; i < L.n; i++) tide_jsonl_request_free(&L.lines[i]);
-    free(L.lines);
+    tide_ep_result_free(&res, L.n);
+    tide_ep_lines_free(&L);
     tide_model_free(m);
     return rc;
 }
