@@ -95,5 +95,12 @@ elif ! awk '/^plain/ {p=$(NF-1)} /^EPLB from the previous/ {e=$(NF-1)} /same win
     cp "$WORK/bench" "$WORK/err"; fail "bench eplb figures"
 else ok "bench eplb: $(grep -c . "$WORK/bench") lines, EPLB >= plain"; fi
 
+# --- tide bench ep: widths 1 and 2 on tiny, same tokens, pairs exchanged at 2 ranks only ---
+if ! "$TIDE" bench ep --model "$WORK/tiny" --ranks 1,2 --requests 3 --prompt-len 5 --max-tokens 3 \
+    --seed "$SEED" >"$WORK/bench" 2>"$WORK/err"; then fail "bench ep"
+elif ! awk '$1 == 1 && $4 == "0.00" {a=1} $1 == 2 && $4 > 0 && $NF == "yes" {b=1} END {exit !(a && b)}' \
+    "$WORK/bench"; then cp "$WORK/bench" "$WORK/err"; fail "bench ep figures"
+else ok "bench ep: 1 and 2 ranks, same tokens"; fi
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

@@ -1,4 +1,7 @@
-/* `tide bench eplb`: EPLB's placement (dist/eplb.h) on a skewed routing
+/* `tide bench ep`: `tide run --ep N`'s launcher over a synthetic workload
+ * for several widths (at the end of the file).
+ *
+ * `tide bench eplb`: EPLB's placement (dist/eplb.h) on a skewed routing
  * workload in simulation: balancedness (mean / max of the ranks' routed
  * rows) of the plain placement, of EPLB placed from the previous window's
  * counts (what a running server does: the placement lags the load) and of
@@ -15,8 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "bench/model_spec.h"
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/cmd_ep.h"
 #include "dist/eplb.h"
 
 static void usage(FILE *f) {
@@ -158,4 +165,110 @@ done:
     free(cnt);
     free(pick);
     return rc;
+}
+
+/* ---- tide bench ep: the engine over N rank processes ------------------------ */
+
+static void usage_ep(FILE *f) {
+    fprintf(f, "usage: tide bench ep --model DIR|synth:SHAPE [options]\n"
+               "  --ranks A,B,..   EP widths to run (default 1,2,4)\n"
+               "  --requests N     requests (default 16), each its own random prompt\n"
+               "  --prompt-len N   prompt tokens (default 32)\n"
+               "  --max-tokens N   generated tokens per request (default 16, end-of-sequence ignored)\n"
+               "  --redundant R    EPLB copies per layer (default 0)\n"
+               "  --window S       rebalance every S steps (default 0: never)\n"
+               "  --threads N      threads per rank (default 1)\n"
+               "  --seed N         prompts (default 1)\n"
+               "Reports per width: wall time, generated tokens/s, (row, expert) pairs sent to another rank\n"
+               "per token and their bytes, the experts' balancedness (mean/max routed rows per rank), and\n"
+               "whether the tokens equal the first width's.\n");
+}
+
+int tide_bench_ep(int argc, char **argv) {
+    const char *model = NULL;
+    bench_list ranks = {{1, 2, 4}, 3};
+    int64_t nreq = 16, plen = 32, mt = 16, R = 0, window = 0, threads = 1, seed = 1;
+    const bench_opt opts[] = {
+        {"--model", BENCH_STR, &model, 0, 0},           {"--ranks", BENCH_LIST, &ranks, 1, TIDE_COMM_MAX},
+        {"--requests", BENCH_INT, &nreq, 1, 100000},    {"--prompt-len", BENCH_INT, &plen, 1, 1 << 20},
+        {"--max-tokens", BENCH_INT, &mt, 1, 1 << 20},   {"--redundant", BENCH_INT, &R, 0, 4096},
+        {"--window", BENCH_INT, &window, 0, 1 << 30},   {"--threads", BENCH_INT, &threads, 1, 256},
+        {"--seed", BENCH_INT, &seed, 0, INT64_MAX},     {NULL, 0, NULL, 0, 0},
+    };
+    int rc = tide_bench_parse("ep", argc, argv, opts, usage_ep);
+    if (rc >= 0) return rc;
+    if (!model) return tide_bench_usage_error("ep", usage_ep, "--model is required");
+    tide_status st = {0};
+    tide_model *m = NULL;
+    if (tide_bench_load_model(model, 1, &m, &st) != 0) {
+        fprintf(stderr, "tide bench ep: %s\n", st.msg);
+        return TIDE_EXIT_FAIL;
+    }
+    tide_ep_lines L = {.n = nreq};
+    L.lines = calloc((size_t)nreq, sizeof *L.lines);
+    if (!L.lines) abort();
+    uint64_t s = (uint64_t)seed;
+    int64_t V = m->cfg.text.vocab_size;
+    const tide_jsonl_defaults d = {.max_tokens = mt, .ignore_eos = 1};
+    char *line = malloc((size_t)(plen * 24 + 64));
+    if (!line) abort();
+    for (int64_t i = 0; i < nreq && rc < 0; i++) {
+        int n = sprintf(line, "{\"prompt_ids\": [");
+        for (int64_t t = 0; t < plen; t++)
+            n += sprintf(line + n, "%s%lld", t ? "," : "", (long long)(2 + next(&s) % (uint64_t)(V - 2)));
+        n += sprintf(line + n, "], \"temperature\": 0}");
+        if (tide_jsonl_request_parse(line, (size_t)n, i + 1, &d, &L.lines[i], &st) != 0) {
+            fprintf(stderr, "tide bench ep: %s\n", st.msg);
+            rc = TIDE_EXIT_FAIL;
+        }
+    }
+    free(line);
+    int64_t D = m->cfg.text.hidden_size;
+    char **first = NULL;
+    if (rc < 0) {
+        printf("tide bench ep: %s, %lld requests of %lld prompt tokens, %lld generated each, %lld copies, "
+               "window %lld, %lld thread(s) per rank\n",
+               model, (long long)nreq, (long long)plen, (long long)mt, (long long)R, (long long)window,
+               (long long)threads);
+        printf("%6s %9s %12s %16s %16s %13s %10s\n", "ranks", "wall s", "gen tok/s", "pairs sent/tok",
+               "bytes sent/tok", "balancedness", "same toks");
+    }
+    for (int k = 0; k < ranks.n && rc < 0; k++) {
+        tide_ep_run_opts o = {.model = model, .ranks = ranks.v[k], .max_tokens = mt, .threads = threads,
+                              .redundant = R, .window = window, .timeout_ms = 600000, .max_seqs = 64,
+                              .step_tokens = 512, .kill_rank = -1, .ignore_eos = 1, .no_model_dir = 1};
+        tide_ep_result res;
+        if (tide_ep_launch(&o, &L, m, &res, &st) != 0) {
+            fprintf(stderr, "tide bench ep: --ranks %lld: %s\n", (long long)ranks.v[k], st.msg);
+            tide_ep_result_free(&res, L.n);
+            rc = TIDE_EXIT_FAIL;
+            break;
+        }
+        int64_t gen = 0, fed = 0;
+        int same = 1;
+        for (int64_t i = 0; i < L.n; i++) {
+            json_t *j = json_loads(res.got[i], 0, NULL);
+            gen += json_integer_value(json_object_get(j, "completion_tokens"));
+            fed += json_integer_value(json_object_get(j, "prompt_tokens"));
+            json_decref(j);
+            if (first && strcmp(first[i], res.got[i]) != 0) same = 0;
+        }
+        fed += gen; /* every token goes through the forward pass once (no preemption here) */
+        /* a pair travels as {expert, weight, row} and comes back as a row of f32 */
+        double pairs = (double)res.stats.rows_sent / (double)fed;
+        printf("%6lld %9.2f %12.2f %16.2f %16.0f %13.3f %10s\n", (long long)ranks.v[k], res.seconds,
+               (double)gen / res.seconds, pairs, pairs * (double)(8 + 8 * D), res.stats.balancedness,
+               first ? (same ? "yes" : "NO") : "-");
+        if (!first) {
+            first = res.got;
+            res.got = NULL;
+        }
+        tide_ep_result_free(&res, L.n);
+    }
+    if (first)
+        for (int64_t i = 0; i < L.n; i++) free(first[i]);
+    free(first);
+    tide_ep_lines_free(&L);
+    tide_model_free(m);
+    return rc < 0 ? TIDE_EXIT_OK : rc;
 }
