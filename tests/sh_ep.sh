@@ -48,7 +48,7 @@ EOF
 for shape in tiny small; do
     M="$WORK/$shape"
     "$TIDE" synth --shape $shape -o "$M" --seed "$SEED" -q --no-tokenizer || { echo "FAIL synth $shape"; exit 1; }
-    if [ $shape = tiny ]; then mkreq 8 8 "$WORK/in.jsonl"; else mkreq 4 4 "$WORK/in.jsonl"; fi
+    if [ $shape = tiny ]; then mkreq 8 8 "$WORK/in.jsonl"; else mkreq 3 3 "$WORK/in.jsonl"; fi
     "$TIDE" run --model "$M" --input "$WORK/in.jsonl" --output "$WORK/ref.jsonl" --ignore-eos 2>"$WORK/err" ||
         { fail "$shape: plain run"; continue; }
     for cfg in "2" "4 --ep-redundant 3 --eplb-window 2"; do
@@ -76,6 +76,11 @@ elif ! grep -q "rank 1 was killed" "$WORK/err" || ! grep -q "1 recoveries" "$WOR
 elif ! grep -q "8 requests finished once each (1 ranks lost" "$WORK/err"; then fail "kill at round $K: count"
 elif ! same "$WORK/ref.jsonl" "$WORK/kill.jsonl" 2>>"$WORK/err"; then fail "kill at round $K: tokens"
 else ok "rank 1 killed at exchange round $K: 8 requests finished once, same tokens"; fi
+
+# --- --prompt-ids: the greedy ids of tide run --prompt-ids ---
+a=$("$TIDE" run --model "$M" --prompt-ids 5,6,7,$((SEED % 900 + 2)) --max-tokens 4 2>"$WORK/err" | tail -1)
+b=$("$TIDE" run --ep 2 --model "$M" --prompt-ids 5,6,7,$((SEED % 900 + 2)) --max-tokens 4 2>>"$WORK/err")
+if [ -z "$a" ] || [ "$a" != "$b" ]; then fail "--prompt-ids: '$a' vs '$b'"; else ok "--ep 2 --prompt-ids: $b"; fi
 
 # --- bad options are refused with a message ---
 for bad in "--ep 0" "--ep 65" "--ep 2 --ep-kill x" "--ep 2 --ep-kill 2:5" "--ep 2 --eplb-window -1"; do

@@ -147,10 +147,10 @@ static int read_requests(const tide_ep_run_opts *o, tide_ep_lines *L, tide_statu
     int64_t lineno = 0, cap_l = 0;
     int rc = 0;
     if (o->ids_s) {
-        size_t n = strlen(o->ids_s) + 32;
+        size_t n = strlen(o->ids_s) + 64;
         line = malloc(n);
         if (!line) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
-        snprintf(line, n, "{\"prompt_ids\": [%s]}", o->ids_s);
+        snprintf(line, n, "{\"prompt_ids\": [%s], \"temperature\": 0}", o->ids_s); /* greedy, as tide run's */
         L->lines = calloc(1, sizeof *L->lines);
         if (!L->lines) abort();
         L->n = 1;
@@ -514,7 +514,18 @@ int tide_cmd_ep_run(int argc, char **argv) {
         fprintf(stderr, "tide run --ep: %s\n", st.msg);
         goto done;
     }
-    for (int64_t i = 0; i < L.n && !st.msg[0]; i++) tide_out_line(&out, res.got[i], strlen(res.got[i]), &st);
+    if (o.ids_s) { /* the generated ids, comma-separated, as tide run --prompt-ids prints them */
+        json_t *j = json_loads(res.got[0], 0, NULL), *ids = json_object_get(j, "output_ids");
+        size_t n = json_array_size(ids), len = 0;
+        char *txt = malloc(n * 24 + 1);
+        if (!txt) abort();
+        for (size_t t = 0; t < n; t++)
+            len += (size_t)sprintf(txt + len, "%s%lld", t ? "," : "", (long long)json_integer_value(json_array_get(ids, t)));
+        tide_out_line(&out, txt, len, &st);
+        free(txt);
+        json_decref(j);
+    }
+    for (int64_t i = 0; i < L.n && !o.ids_s && !st.msg[0]; i++) tide_out_line(&out, res.got[i], strlen(res.got[i]), &st);
     if (st.msg[0] || tide_out_commit(&out, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
         goto done;
