@@ -102,8 +102,8 @@ static void test_eplb_random(void **state) {
 typedef int (*rank_fn)(int rank, tide_comm *c, void *arg);
 
 /* Forks world ranks running fn over a fresh mesh (closed in the parent). */
-static void start_ranks(int world, int timeout_ms, rank_fn fn, void *arg, pid_t *pids) {
-    int fds[TIDE_COMM_MAX * TIDE_COMM_MAX];
+static void start_ranks(int world, int timeout_ms, int hb_ms, rank_fn fn, void *arg, pid_t *pids) {
+    int fds[2 * TIDE_COMM_MAX * TIDE_COMM_MAX];
     tide_status st = {0};
     assert_int_equal(tide_comm_sock_mesh(world, fds, &st), 0);
     fflush(NULL);
@@ -112,13 +112,13 @@ static void start_ranks(int world, int timeout_ms, rank_fn fn, void *arg, pid_t 
         assert_true(pids[r] >= 0);
         if (pids[r] == 0) {
             tide_comm *c;
-            if (tide_comm_sock_create(r, world, fds, timeout_ms, &c, &st) != 0) _exit(3);
+            if (tide_comm_sock_create(r, world, fds, timeout_ms, hb_ms, &c, &st) != 0) _exit(3);
             int rc = fn(r, c, arg);
             tide_comm_free(c);
             _exit(rc);
         }
     }
-    for (int i = 0; i < world * world; i++)
+    for (int i = 0; i < 2 * world * world; i++)
         if (fds[i] >= 0) close(fds[i]);
 }
 
@@ -133,7 +133,7 @@ static int wait_rank(pid_t pid, int r) {
 
 static int run_ranks(int world, int timeout_ms, rank_fn fn, void *arg) {
     pid_t pids[TIDE_COMM_MAX];
-    start_ranks(world, timeout_ms, fn, arg, pids);
+    start_ranks(world, timeout_ms, 20000, fn, arg, pids);
     int bad = 0;
     for (int r = 0; r < world; r++) bad += wait_rank(pids[r], r);
     return bad;
@@ -222,10 +222,10 @@ static int kill_child(int rank, tide_comm *c, void *arg) {
     return exchange_rounds(c, k->seed + 1, 3) ? 26 : 0;
 }
 
-static void kill_case(int W, int sig, int timeout_ms) {
+static void kill_case(int W, int sig, int timeout_ms, int hb_ms) {
     kill_arg k = {tu_seed(), W - 2};
     pid_t pids[TIDE_COMM_MAX];
-    start_ranks(W, timeout_ms, kill_child, &k, pids);
+    start_ranks(W, timeout_ms, hb_ms, kill_child, &k, pids);
     usleep(200000);
     kill(pids[k.victim], sig);
     for (int r = 0; r < W; r++)
@@ -236,13 +236,14 @@ static void kill_case(int W, int sig, int timeout_ms) {
 
 static void test_comm_killed_rank(void **state) {
     (void)state;
-    kill_case(3, SIGKILL, 20000); /* found by end-of-file, long before the timeout */
-    kill_case(4, SIGKILL, 20000);
+    kill_case(3, SIGKILL, 60000, 0); /* found by end-of-file, long before any timeout */
+    kill_case(4, SIGKILL, 60000, 60000);
 }
 
 static void test_comm_hung_rank(void **state) {
     (void)state;
-    kill_case(3, SIGSTOP, 1500); /* found by the timeout */
+    kill_case(3, SIGSTOP, 1500, 0);     /* no heartbeat: found by the collective's timeout */
+    kill_case(4, SIGSTOP, 600000, 1500); /* found by the heartbeat, the collective's timeout far away */
 }
 
 /* ---- the forward pass over 2 and 4 ranks ---------------------------------- */

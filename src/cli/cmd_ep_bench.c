@@ -235,7 +235,7 @@ int tide_bench_ep(int argc, char **argv) {
     }
     for (int k = 0; k < ranks.n && rc < 0; k++) {
         tide_ep_run_opts o = {.model = model, .ranks = ranks.v[k], .max_tokens = mt, .threads = threads,
-                              .redundant = R, .window = window, .timeout_ms = 600000, .max_seqs = 64,
+                              .redundant = R, .window = window, .timeout_ms = 60000, .max_seqs = 64,
                               .step_tokens = 512, .kill_rank = -1, .ignore_eos = 1, .no_model_dir = 1};
         tide_ep_result res;
         if (tide_ep_launch(&o, &L, m, &res, &st) != 0) {

@@ -13,8 +13,8 @@
  * control block: whether they still have work, and the lines they finished
  * since (a line is announced only after its result reached the pipe).
  *
- * A rank that dies (or hangs past --ep-timeout) fails the exchange on every
- * survivor. The survivors shrink the communicator, re-place the experts over
+ * A rank that dies (its sockets close) or hangs (its heartbeat stops for
+ * --ep-timeout) fails the exchange on every survivor. The survivors shrink the communicator, re-place the experts over
  * themselves, OR together what each knows to be finished, and resubmit
  * every unfinished line that is theirs under the new numbering (a dead
  * rank's line i goes to survivor i % survivors), recomputing from the
@@ -51,7 +51,7 @@ static void usage(FILE *f) {
                "  --max-seqs N / --step-tokens N   each rank's engine batch limits\n"
                "  --ep-redundant R     extra expert slots per layer (EPLB copies of hot experts)\n"
                "  --eplb-window S      rebalance the placement every S steps (0 = never, default)\n"
-               "  --ep-timeout MS      a rank silent this long in an exchange is lost (default 60000)\n"
+               "  --ep-timeout MS      a rank whose heartbeat stops this long is lost (default 10000)\n"
                "  --ep-kill R:K        tests: rank R kills itself (SIGKILL) at its K-th exchange\n"
                "Output lines: {\"id\", \"output_ids\", \"finish_reason\", \"prompt_tokens\", \"completion_tokens\"}.\n"
                "Design, limits and what runs where: docs/ep.md.\n",
@@ -62,7 +62,7 @@ static int parse(int argc, char **argv, tide_ep_run_opts *o) {
     memset(o, 0, sizeof *o);
     o->max_tokens = 16;
     o->threads = 1;
-    o->timeout_ms = 60000;
+    o->timeout_ms = 10000;
     o->max_seqs = 64;
     o->step_tokens = 512;
     o->kill_rank = -1;
@@ -332,7 +332,7 @@ static int rank_main(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_mod
         /* a rank was lost: agree on the survivors, re-place, requeue */
         fprintf(stderr, "tide run: rank %d: %s; recovering\n", c->orig[c->rank], c->why);
         if (tide_ep_recover(ep, &st) != 0) {
-            rc = 1;
+            rc = c->excluded ? 4 : 1; /* 4: left out by the survivors, who requeue its lines */
             break;
         }
         for (int64_t i = 0; i < L->n; i++) done[i] |= mine_done[i];
@@ -414,7 +414,7 @@ static void take_line(char *s, const tide_ep_lines *L, tide_ep_result *res) {
 int tide_ep_launch(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_model *m, tide_ep_result *res,
                    tide_status *st) {
     memset(res, 0, sizeof *res);
-    int N = (int)o->ranks, fds[TIDE_COMM_MAX * TIDE_COMM_MAX], pipes[TIDE_COMM_MAX][2];
+    int N = (int)o->ranks, fds[2 * TIDE_COMM_MAX * TIDE_COMM_MAX], pipes[TIDE_COMM_MAX][2];
     pid_t pids[TIDE_COMM_MAX];
     res->got = calloc((size_t)L->n + 1, sizeof *res->got);
     if (!res->got) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
@@ -432,14 +432,16 @@ int tide_ep_launch(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_model
         if (pids[r] == 0) {
             for (int q = 0; q <= r; q++) close(pipes[q][0]);
             tide_comm *c;
-            if (tide_comm_sock_create(r, N, fds, (int)o->timeout_ms, &c, st) != 0) _exit(3);
+            /* a hung rank is found by the heartbeat; the collective's own
+             * no-progress limit is only the backstop */
+            if (tide_comm_sock_create(r, N, fds, 600000, (int)o->timeout_ms, &c, st) != 0) _exit(3);
             int x = rank_main(o, L, m, c, pipes[r][1]);
             tide_comm_free(c);
             _exit(x);
         }
         close(pipes[r][1]);
     }
-    for (int i = 0; i < N * N; i++)
+    for (int i = 0; i < 2 * N * N; i++)
         if (fds[i] >= 0) close(fds[i]);
     /* collect lines; a line cut by a death is dropped */
     char *buf[TIDE_COMM_MAX] = {0};
@@ -482,6 +484,9 @@ int tide_ep_launch(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_model
         free(buf[r]);
         if (WIFSIGNALED(ws)) {
             fprintf(stderr, "tide run --ep: rank %d was killed (signal %d)\n", r, WTERMSIG(ws));
+            res->lost++;
+        } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 4) {
+            fprintf(stderr, "tide run --ep: rank %d was left out of the group by the others\n", r);
             res->lost++;
         } else if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
             fprintf(stderr, "tide run --ep: rank %d failed\n", r);

@@ -9,13 +9,14 @@
  *     the row exchanges on device buffers; control data and the failure
  *     signal go through a CPU communicator it was bootstrapped from.
  *
- *     tide_comm *c;  tide_comm_sock_create(rank, world, fds, timeout_ms, &c, &st);
+ *     tide_comm *c;  tide_comm_sock_create(rank, world, fds, timeout_ms, hb_ms, &c, &st);
  *     tide_comm_alltoallv(c, send, sbytes, recv, rbytes, &st); // sizes agreed first
  *     tide_comm_allgather(c, &mine, sizeof mine, all, &st);
  *     if (c->failed) { tide_comm_shrink(c, &st); ... rank/world are new ... }
  *
- * Failure: a peer that closes its end (the process died) or makes no
- * progress for timeout_ms during a collective fails the call (-1) and sets
+ * Failure: a peer that closes its end (the process died), whose heartbeat
+ * stops (CPU communicator: hung or stopped), or that makes no progress for
+ * timeout_ms during a collective fails the call (-1) and sets
  * c->failed (sticky: every later call fails at once) and c->dead_mask.
  * tide_comm_shrink then agrees with the survivors on who is left and
  * renumbers them (in the order of their original ranks); the data of the
@@ -50,6 +51,7 @@ struct tide_comm {
     int rank, world;               /* current numbering (changes on shrink) */
     int orig[TIDE_COMM_MAX];       /* the original rank of each current rank */
     int failed;                    /* sticky failure signal */
+    int excluded;                  /* shrink left this rank out: it must stop */
     uint64_t dead_mask;            /* original ranks found dead */
     char why[160];                 /* what failed, for messages */
     void *impl;
@@ -71,12 +73,16 @@ void tide_comm_free(tide_comm *c);
 
 /* ---- the CPU communicator (comm_sock.c) ---- */
 
-/* The launcher's side: fds[(p * world + q)] for p != q is p's end of the
- * socket pair between p and q (world * world ints; the diagonal is -1). */
+/* The launcher's side: two meshes, data then heartbeat; fds[m * world *
+ * world + p * world + q] for p != q is p's end of the socket pair between p
+ * and q in mesh m (2 * world * world ints; the diagonals are -1). */
 int tide_comm_sock_mesh(int world, int *fds, tide_status *st);
 /* Rank r's side, after fork: keeps its own ends (closing every other fd of
- * the mesh) and makes them non-blocking. fds is the launcher's array. */
-int tide_comm_sock_create(int rank, int world, int *fds, int timeout_ms, tide_comm **out, tide_status *st);
+ * the meshes) and makes them non-blocking. fds is the launcher's array.
+ * hb_timeout_ms > 0 starts the heartbeat thread: a peer silent that long is
+ * lost (0: no heartbeat; only end-of-file and timeout_ms find a loss). */
+int tide_comm_sock_create(int rank, int world, int *fds, int timeout_ms, int hb_timeout_ms, tide_comm **out,
+                          tide_status *st);
 
 /* ---- NCCL (comm_nccl.c, TIDE_HAVE_NCCL builds only) ---- */
 

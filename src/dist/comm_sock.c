@@ -10,11 +10,20 @@
  * shrinking) is kept for the shrink and fails the collective in progress.
  *
  * A peer is lost when its socket reads end-of-file or fails (the process
- * died: the kernel closes its ends at once) or when a collective makes no
- * progress with it for timeout_ms (a hung process). */
+ * died: the kernel closes its ends at once), when its heartbeat stops for
+ * hb_timeout_ms (a hung or stopped process, even while this rank waits for
+ * it in a collective that legitimately takes long), or when a collective
+ * makes no progress with it for timeout_ms (the backstop).
+ *
+ * Heartbeat: a second mesh of socket pairs and a thread per rank that
+ * sends one byte to every peer every hb_timeout_ms / 8 and reads theirs;
+ * a peer silent for hb_timeout_ms (or whose socket closed) is marked in
+ * hb_dead, which the collectives check at least every 50 ms. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +44,11 @@ typedef struct {
     int fd[TIDE_COMM_MAX];  /* by original rank; -1 = self or closed */
     uint32_t epoch;
     int timeout_ms;
+    int hb_fd[TIDE_COMM_MAX];
+    int hb_timeout_ms;      /* 0 = no heartbeat */
+    pthread_t hb_thread;
+    atomic_int hb_stop;
+    atomic_ullong hb_dead;  /* original ranks whose heartbeat stopped */
     int has_next[TIDE_COMM_MAX]; /* a header of a later epoch already read */
     hdr next[TIDE_COMM_MAX];
 } sock_impl;
@@ -92,8 +106,17 @@ static int transfer(tide_comm *c, side *sd, int n, uint32_t ep, tide_status *st)
         if (!busy) return 0;
         int timeout = s->timeout_ms - (int)((tide_now_seconds() - last) * 1000.0);
         if (timeout < 0) timeout = 0;
-        int r = poll(pf, (nfds_t)n, timeout);
+        int slice = s->hb_timeout_ms && timeout > 50 ? 50 : timeout;
+        int r = poll(pf, (nfds_t)n, slice);
         if (r < 0 && errno == EINTR) continue;
+        uint64_t hd = atomic_load(&s->hb_dead);
+        for (int i = 0; i < n; i++)
+            if ((hd >> sd[i].peer & 1) && /* only a peer this rank still waits on */
+                (!sd[i].finished_in || sd[i].oh_done < (int)sizeof(hdr) || sd[i].out_done < sd[i].out_n)) {
+                lose(c, sd[i].peer, "heartbeat stopped");
+                return tide_fail(st, TIDE_ERR_IO, "comm: %s (%d ms)", c->why, s->hb_timeout_ms);
+            }
+        if (r == 0 && slice < timeout) continue;
         if (r < 0) {
             lose(c, -1, strerror(errno));
             return tide_fail(st, TIDE_ERR_IO, "comm: poll: %s", strerror(errno));
@@ -226,7 +249,13 @@ static int sock_shrink(tide_comm *c, tide_status *st) {
     uint64_t alive = 0;
     for (int q = 0; q < c->world; q++) alive |= 1ull << c->orig[q];
     for (int round = 0; round < 8; round++) {
+        c->dead_mask |= atomic_load(&s->hb_dead);
         alive &= ~c->dead_mask;
+        if (!(alive >> me & 1)) { /* the others found this rank dead (a heartbeat starved too long) */
+            c->excluded = 1;
+            c->failed = 1;
+            return tide_fail(st, TIDE_ERR_IO, "comm: the other ranks left this one out of the group");
+        }
         uint64_t views[TIDE_COMM_MAX] = {0};
         side sd[TIDE_COMM_MAX];
         int n = 0, peers[TIDE_COMM_MAX];
@@ -253,7 +282,7 @@ static int sock_shrink(tide_comm *c, tide_status *st) {
         }
         for (int p = 0; p < TIDE_COMM_MAX; p++)
             if (!(alive >> p & 1) && s->fd[p] >= 0) {
-                close(s->fd[p]);
+                close(s->fd[p]); /* the heartbeat socket stays: its thread sees it closed or silent */
                 s->fd[p] = -1;
             }
         c->world = 0;
@@ -272,10 +301,53 @@ static int sock_shrink(tide_comm *c, tide_status *st) {
 
 static void sock_free(tide_comm *c) {
     sock_impl *s = c->impl;
-    for (int p = 0; p < TIDE_COMM_MAX; p++)
+    if (s->hb_timeout_ms) {
+        atomic_store(&s->hb_stop, 1);
+        pthread_join(s->hb_thread, NULL);
+    }
+    for (int p = 0; p < TIDE_COMM_MAX; p++) {
         if (s->fd[p] >= 0) close(s->fd[p]);
+        if (s->hb_fd[p] >= 0) close(s->hb_fd[p]);
+    }
     free(s);
     free(c);
+}
+
+static void *heartbeat(void *arg) {
+    sock_impl *s = arg;
+    double seen[TIDE_COMM_MAX], now = tide_now_seconds(), next = now;
+    int period = s->hb_timeout_ms / 8 > 0 ? s->hb_timeout_ms / 8 : 1;
+    for (int p = 0; p < TIDE_COMM_MAX; p++) seen[p] = now;
+    while (!atomic_load(&s->hb_stop)) {
+        struct pollfd pf[TIDE_COMM_MAX];
+        int who[TIDE_COMM_MAX], n = 0;
+        uint64_t dead = atomic_load(&s->hb_dead);
+        now = tide_now_seconds();
+        for (int p = 0; p < TIDE_COMM_MAX; p++) {
+            if (s->hb_fd[p] < 0 || (dead >> p & 1)) continue;
+            if (now >= next) {
+                char b = 1;
+                (void)!send(s->hb_fd[p], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            }
+            pf[n] = (struct pollfd){s->hb_fd[p], POLLIN, 0};
+            who[n++] = p;
+        }
+        if (now >= next) next = now + period / 1000.0;
+        /* short polls: the stop flag is seen within 20 ms */
+        if (poll(pf, (nfds_t)n, period < 20 ? period : 20) < 0 && errno != EINTR) break;
+        now = tide_now_seconds();
+        for (int i = 0; i < n; i++) {
+            int p = who[i];
+            if (pf[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+                char junk[64];
+                ssize_t got = recv(s->hb_fd[p], junk, sizeof junk, MSG_DONTWAIT);
+                if (got > 0) seen[p] = now;
+                else if (got == 0 || (errno != EAGAIN && errno != EINTR)) seen[p] = -1e30; /* closed */
+            }
+            if ((now - seen[p]) * 1000.0 > s->hb_timeout_ms) atomic_fetch_or(&s->hb_dead, 1ull << p);
+        }
+    }
+    return NULL;
 }
 
 static const tide_comm_ops sock_ops = {"sock", sock_alltoallv, sock_allgather, sock_shrink, sock_free};
@@ -283,24 +355,27 @@ static const tide_comm_ops sock_ops = {"sock", sock_alltoallv, sock_allgather, s
 int tide_comm_sock_mesh(int world, int *fds, tide_status *st) {
     if (world < 1 || world > TIDE_COMM_MAX)
         return tide_fail(st, TIDE_ERR_INVALID, "comm: %d ranks (1..%d)", world, TIDE_COMM_MAX);
-    for (int i = 0; i < world * world; i++) fds[i] = -1;
-    for (int p = 0; p < world; p++)
-        for (int q = p + 1; q < world; q++) {
-            int sv[2];
-            if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-                for (int i = 0; i < world * world; i++)
-                    if (fds[i] >= 0) close(fds[i]);
-                return tide_fail(st, TIDE_ERR_IO, "comm: socketpair: %s", strerror(errno));
+    int n = world * world;
+    for (int i = 0; i < 2 * n; i++) fds[i] = -1;
+    for (int m = 0; m < 2; m++) /* the data mesh, then the heartbeat mesh */
+        for (int p = 0; p < world; p++)
+            for (int q = p + 1; q < world; q++) {
+                int sv[2];
+                if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+                    for (int i = 0; i < 2 * n; i++)
+                        if (fds[i] >= 0) close(fds[i]);
+                    return tide_fail(st, TIDE_ERR_IO, "comm: socketpair: %s", strerror(errno));
+                }
+                fds[m * n + p * world + q] = sv[0];
+                fds[m * n + q * world + p] = sv[1];
             }
-            fds[p * world + q] = sv[0];
-            fds[q * world + p] = sv[1];
-        }
     return 0;
 }
 
-int tide_comm_sock_create(int rank, int world, int *fds, int timeout_ms, tide_comm **out, tide_status *st) {
+int tide_comm_sock_create(int rank, int world, int *fds, int timeout_ms, int hb_timeout_ms, tide_comm **out,
+                          tide_status *st) {
     *out = NULL;
-    if (world < 1 || world > TIDE_COMM_MAX || rank < 0 || rank >= world || timeout_ms < 1)
+    if (world < 1 || world > TIDE_COMM_MAX || rank < 0 || rank >= world || timeout_ms < 1 || hb_timeout_ms < 0)
         return tide_fail(st, TIDE_ERR_INVALID, "comm: rank %d of %d (timeout %d ms)", rank, world, timeout_ms);
     tide_comm *c = calloc(1, sizeof *c);
     sock_impl *s = calloc(1, sizeof *s);
@@ -309,25 +384,33 @@ int tide_comm_sock_create(int rank, int world, int *fds, int timeout_ms, tide_co
         free(s);
         return tide_fail(st, TIDE_ERR_NOMEM, "comm: out of memory");
     }
-    for (int p = 0; p < TIDE_COMM_MAX; p++) s->fd[p] = -1;
-    for (int p = 0; p < world; p++)
-        for (int q = 0; q < world; q++) {
-            int fd = fds[p * world + q];
-            if (fd < 0) continue;
-            if (p == rank) {
-                s->fd[q] = fd;
-                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-            } else {
-                close(fd);
+    for (int p = 0; p < TIDE_COMM_MAX; p++) s->fd[p] = s->hb_fd[p] = -1;
+    int n = world * world;
+    for (int m = 0; m < 2; m++)
+        for (int p = 0; p < world; p++)
+            for (int q = 0; q < world; q++) {
+                int *f = &fds[m * n + p * world + q];
+                if (*f < 0) continue;
+                if (p == rank && (m == 0 || hb_timeout_ms > 0)) {
+                    fcntl(*f, F_SETFL, fcntl(*f, F_GETFL) | O_NONBLOCK);
+                    (m ? s->hb_fd : s->fd)[q] = *f;
+                } else {
+                    close(*f);
+                }
+                *f = -1;
             }
-            fds[p * world + q] = -1;
-        }
     s->timeout_ms = timeout_ms;
+    s->hb_timeout_ms = hb_timeout_ms;
     c->ops = &sock_ops;
     c->rank = rank;
     c->world = world;
     for (int p = 0; p < world; p++) c->orig[p] = p;
     c->impl = s;
+    if (hb_timeout_ms && pthread_create(&s->hb_thread, NULL, heartbeat, s) != 0) {
+        s->hb_timeout_ms = 0;
+        sock_free(c);
+        return tide_fail(st, TIDE_ERR_IO, "comm: cannot start the heartbeat thread");
+    }
     *out = c;
     return 0;
 }
