@@ -102,7 +102,13 @@ int tide_ep_create(tide_comm *c, const tide_model *m, const tide_ep_opts *o, tid
     ep->off = calloc((size_t)ep->n_layers + 1, sizeof(int64_t));
     ep->served = calloc((size_t)ep->n_layers, sizeof(int64_t));
     if (!ep->pl || !ep->off || !ep->served) abort();
-    for (int l = 0; l < ep->n_layers; l++) ep->off[l + 1] = ep->off[l] + m->layers[l].ffn.n_experts;
+    for (int l = 0; l < ep->n_layers; l++) {
+        ep->off[l + 1] = ep->off[l] + m->layers[l].ffn.n_experts;
+        if (m->layers[l].ffn.top_k > 64) { /* tide_ep_moe sorts a row's experts in a small array */
+            tide_ep_free(ep);
+            return tide_fail(st, TIDE_ERR_UNSUPPORTED, "ep: top-%d routing (at most 64)", m->layers[l].ffn.top_k);
+        }
+    }
     ep->load = calloc((size_t)ep->off[ep->n_layers] + 1, sizeof(int64_t));
     if (!ep->load) abort();
     int rc = tide_pool_create(o->n_threads < 1 ? 1 : o->n_threads, &ep->pool, st);
