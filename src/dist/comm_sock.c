@@ -17,8 +17,9 @@
  *
  * Heartbeat: a second mesh of socket pairs and a thread per rank that
  * sends one byte to every peer every hb_timeout_ms / 8 and reads theirs;
- * a peer silent for hb_timeout_ms (or whose socket closed) is marked in
- * hb_dead, which the collectives check at least every 50 ms. */
+ * a peer silent for hb_timeout_ms is marked in hb_dead, which the
+ * collectives check at least every 50 ms (one whose heartbeat socket
+ * closed exited: its data socket tells a death from a normal end). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -316,6 +317,7 @@ static void sock_free(tide_comm *c) {
 static void *heartbeat(void *arg) {
     sock_impl *s = arg;
     double seen[TIDE_COMM_MAX], now = tide_now_seconds(), next = now;
+    uint8_t closed[TIDE_COMM_MAX] = {0};
     int period = s->hb_timeout_ms / 8 > 0 ? s->hb_timeout_ms / 8 : 1;
     for (int p = 0; p < TIDE_COMM_MAX; p++) seen[p] = now;
     while (!atomic_load(&s->hb_stop)) {
@@ -324,7 +326,7 @@ static void *heartbeat(void *arg) {
         uint64_t dead = atomic_load(&s->hb_dead);
         now = tide_now_seconds();
         for (int p = 0; p < TIDE_COMM_MAX; p++) {
-            if (s->hb_fd[p] < 0 || (dead >> p & 1)) continue;
+            if (s->hb_fd[p] < 0 || closed[p] || (dead >> p & 1)) continue;
             if (now >= next) {
                 char b = 1;
                 (void)!send(s->hb_fd[p], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -342,9 +344,11 @@ static void *heartbeat(void *arg) {
                 char junk[64];
                 ssize_t got = recv(s->hb_fd[p], junk, sizeof junk, MSG_DONTWAIT);
                 if (got > 0) seen[p] = now;
-                else if (got == 0 || (errno != EAGAIN && errno != EINTR)) seen[p] = -1e30; /* closed */
+                /* closed: the peer exited; its data socket says whether
+                 * that was a death (end-of-file after whatever it sent) */
+                else if (got == 0 || (errno != EAGAIN && errno != EINTR)) closed[p] = 1;
             }
-            if ((now - seen[p]) * 1000.0 > s->hb_timeout_ms) atomic_fetch_or(&s->hb_dead, 1ull << p);
+            if (!closed[p] && (now - seen[p]) * 1000.0 > s->hb_timeout_ms) atomic_fetch_or(&s->hb_dead, 1ull << p);
         }
     }
     return NULL;
