@@ -3,7 +3,8 @@
 # communicator gives the tokens of the single-process `tide run` on tiny and
 # small (greedy lines and a seeded sampled one; 2 and 4 ranks, with EPLB
 # copies and rebalancing), and a rank process killed in the middle of the
-# batch leaves every request finished exactly once, with the same tokens.
+# batch, or one that hangs (found by the heartbeat), leaves every request
+# finished exactly once, with the same tokens.
 # Fresh random checkpoints, prompts and kill point each run (seeds printed).
 # Usage: sh_ep.sh TIDE_EXE SRC_DIR BIN_DIR
 set -u
@@ -77,13 +78,25 @@ elif ! grep -q "8 requests finished once each (1 ranks lost" "$WORK/err"; then f
 elif ! same "$WORK/ref.jsonl" "$WORK/kill.jsonl" 2>>"$WORK/err"; then fail "kill at round $K: tokens"
 else ok "rank 1 killed at exchange round $K: 8 requests finished once, same tokens"; fi
 
+# --- a rank hung mid-batch (SIGSTOP): found by the heartbeat, left behind, same outcome ---
+K=$(( SEED % 50 + 20 ))
+"$TIDE" run --ep 3 --ep-kill 2:$K:stop --ep-timeout 3000 --model "$M" --input "$WORK/in.jsonl" \
+    --output "$WORK/stop.jsonl" --ignore-eos 2>"$WORK/err"
+rc=$?
+if [ $rc -ne 0 ]; then fail "hung at round $K: exit $rc"
+elif ! grep -q "heartbeat stopped" "$WORK/err" || ! grep -q "rank 2 was left behind" "$WORK/err"; then
+    fail "hung at round $K: not found by the heartbeat"
+elif ! grep -q "8 requests finished once each (1 ranks lost" "$WORK/err"; then fail "hung at round $K: count"
+elif ! same "$WORK/ref.jsonl" "$WORK/stop.jsonl" 2>>"$WORK/err"; then fail "hung at round $K: tokens"
+else ok "rank 2 hung at exchange round $K: heartbeat, 8 requests finished once, same tokens"; fi
+
 # --- --prompt-ids: the greedy ids of tide run --prompt-ids ---
 a=$("$TIDE" run --model "$M" --prompt-ids 5,6,7,$((SEED % 900 + 2)) --max-tokens 4 2>"$WORK/err" | tail -1)
 b=$("$TIDE" run --ep 2 --model "$M" --prompt-ids 5,6,7,$((SEED % 900 + 2)) --max-tokens 4 2>>"$WORK/err")
 if [ -z "$a" ] || [ "$a" != "$b" ]; then fail "--prompt-ids: '$a' vs '$b'"; else ok "--ep 2 --prompt-ids: $b"; fi
 
 # --- bad options are refused with a message ---
-for bad in "--ep 0" "--ep 65" "--ep 2 --ep-kill x" "--ep 2 --ep-kill 2:5" "--ep 2 --eplb-window -1"; do
+for bad in "--ep 0" "--ep 65" "--ep 2 --ep-kill x" "--ep 2 --ep-kill 2:5" "--ep 2 --ep-kill 1:5:x" "--ep 2 --eplb-window -1"; do
     # shellcheck disable=SC2086
     "$TIDE" run $bad --model "$M" --input "$WORK/in.jsonl" 2>"$WORK/err" >/dev/null
     rc=$?

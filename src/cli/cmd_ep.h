@@ -12,6 +12,7 @@ typedef struct tide_ep_run_opts {
     const char *model, *input, *output, *ids_s;
     int64_t ranks, max_tokens, threads, redundant, window, timeout_ms, max_seqs, step_tokens;
     int64_t kill_rank, kill_round; /* tests: rank kill_rank SIGKILLs itself at that exchange round */
+    int kill_stop;                 /* tests: SIGSTOP instead (a hung rank) */
     int ignore_eos;
     int no_model_dir; /* the engine reads no generation_config.json (a synth: model) */
 } tide_ep_run_opts;
@@ -27,7 +28,9 @@ typedef struct tide_ep_result {
     int64_t n_got, dup;   /* results kept; repeats dropped */
     int lost;             /* ranks killed */
     int world_end;        /* ranks left at the end */
+    int n_stats;          /* ranks that reported their statistics (the survivors) */
     double seconds;       /* fork to the last rank's exit */
+    double recovery_s;    /* the slowest survivor's time from a failure seen to its engine restarted */
     tide_ep_stats stats;  /* summed over the ranks (balancedness, rebalances, recoveries: the group's) */
 } tide_ep_result;
 void tide_ep_result_free(tide_ep_result *r, int64_t n_lines);

@@ -52,7 +52,8 @@ static void usage(FILE *f) {
                "  --ep-redundant R     extra expert slots per layer (EPLB copies of hot experts)\n"
                "  --eplb-window S      rebalance the placement every S steps (0 = never, default)\n"
                "  --ep-timeout MS      a rank whose heartbeat stops this long is lost (default 10000)\n"
-               "  --ep-kill R:K        tests: rank R kills itself (SIGKILL) at its K-th exchange\n"
+               "  --ep-kill R:K[:stop] tests: rank R kills itself (SIGKILL) at its K-th exchange\n"
+               "                       (:stop: stops itself, SIGSTOP: a hung rank)\n"
                "Output lines: {\"id\", \"output_ids\", \"finish_reason\", \"prompt_tokens\", \"completion_tokens\"}.\n"
                "Design, limits and what runs where: docs/ep.md.\n",
             TIDE_COMM_MAX);
@@ -109,11 +110,14 @@ static int parse(int argc, char **argv, tide_ep_run_opts *o) {
             o->ignore_eos = 1;
         } else if (!strcmp(a, "--ep-kill") && v) {
             long long r, k;
-            char tail;
-            if (sscanf(v, "%lld:%lld%c", &r, &k, &tail) != 2 || r < 0 || k < 1) {
-                fprintf(stderr, "tide run: --ep-kill: '%s' is not RANK:ROUND\n", v);
+            char tail[8] = "";
+            int got = sscanf(v, "%lld:%lld:%7s", &r, &k, tail);
+            if (got < 2 || r < 0 || k < 1 || (got == 3 && strcmp(tail, "stop") != 0) ||
+                (got == 2 && strchr(strchr(v, ':') + 1, ':'))) {
+                fprintf(stderr, "tide run: --ep-kill: '%s' is not RANK:ROUND[:stop]\n", v);
                 return TIDE_EXIT_USAGE;
             }
+            o->kill_stop = got == 3;
             o->kill_rank = r;
             o->kill_round = k;
             i++;
@@ -242,7 +246,7 @@ static int rank_main(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_mod
     int n0 = c->world;
     tide_ep_opts eo = {.redundant = (int)o->redundant, .window = o->window, .n_threads = (int)o->threads,
                        .ctl_bytes = sizeof(ctl_block),
-                       .kill_round = o->kill_rank == c->rank ? o->kill_round : 0};
+                       .kill_round = o->kill_rank == c->rank ? o->kill_round : 0, .kill_stop = o->kill_stop};
     tide_ep *ep;
     if (tide_ep_create(c, m, &eo, &ep, &st) != 0) {
         fprintf(stderr, "tide run: rank %d: %s\n", c->rank, st.msg);
@@ -263,6 +267,7 @@ static int rank_main(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_mod
     cfg.event_ctx = &rev;
     tide_engine *e = NULL;
     int rc = 0, restart = 1;
+    double t_lost = 0, recovery_s = 0; /* from a failure seen to the engine restarted */
     for (;;) {
         if (restart) { /* (re)start: this rank's unfinished lines, from their prompts */
             tide_engine_destroy(e);
@@ -295,6 +300,8 @@ static int rank_main(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_mod
                 }
             }
             restart = 0;
+            if (t_lost > 0) recovery_s += tide_now_seconds() - t_lost;
+            t_lost = 0;
         }
         if (tide_engine_busy(e) && tide_engine_step(e, &st) != 0) {
             rc = 1;
@@ -330,6 +337,7 @@ static int rank_main(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_mod
             continue;
         }
         /* a rank was lost: agree on the survivors, re-place, requeue */
+        t_lost = tide_now_seconds();
         fprintf(stderr, "tide run: rank %d: %s; recovering\n", c->orig[c->rank], c->why);
         if (tide_ep_recover(ep, &st) != 0) {
             rc = c->excluded ? 4 : 1; /* 4: left out by the survivors, who requeue its lines */
@@ -353,9 +361,10 @@ static int rank_main(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_mod
         tide_ep_stats s;
         tide_ep_get_stats(ep, &s);
         char line[256];
-        int n = snprintf(line, sizeof line, "S\t%lld %lld %lld %lld %lld %lld %d %.9f\n", (long long)s.rounds,
+        int n = snprintf(line, sizeof line, "S\t%lld %lld %lld %lld %lld %lld %d %.9f %.6f\n", (long long)s.rounds,
                          (long long)s.rows_sent, (long long)s.rows_served, (long long)s.rebalances,
-                         (long long)s.recoveries, (long long)s.bytes_reloaded, c->world, s.balancedness);
+                         (long long)s.recoveries, (long long)s.bytes_reloaded, c->world, s.balancedness,
+                         recovery_s);
         if (write_all(out_fd, line, (size_t)n) != 0) rc = 1;
     }
     if (rc) fprintf(stderr, "tide run: rank %d: %s\n", c->orig[c->rank], st.msg);
@@ -381,16 +390,17 @@ void tide_ep_result_free(tide_ep_result *r, int64_t n_lines) {
 
 /* One line from a rank: "index<TAB>json" (a result) or "S<TAB>..." (its
  * statistics at the end). */
-static void take_line(char *s, const tide_ep_lines *L, tide_ep_result *res) {
+static void take_line(char *s, const tide_ep_lines *L, tide_ep_result *res, int *stats_seen) {
     char *tab = strchr(s, '\t');
     if (!tab) return;
     if (s[0] == 'S') {
         long long v[6];
         int world;
-        double bal;
-        if (sscanf(tab + 1, "%lld %lld %lld %lld %lld %lld %d %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                   &world, &bal) != 8)
+        double bal, rec;
+        if (sscanf(tab + 1, "%lld %lld %lld %lld %lld %lld %d %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &world, &bal, &rec) != 9)
             return;
+        if (rec > res->recovery_s) res->recovery_s = rec;
         res->stats.rounds += v[0];
         res->stats.rows_sent += v[1];
         res->stats.rows_served += v[2];
@@ -399,6 +409,8 @@ static void take_line(char *s, const tide_ep_lines *L, tide_ep_result *res) {
         res->stats.bytes_reloaded += v[5];
         res->stats.balancedness = bal;
         res->world_end = world;
+        *stats_seen = 1;
+        res->n_stats++;
         return;
     }
     long long idx = strtoll(s, NULL, 10);
@@ -449,8 +461,17 @@ int tide_ep_launch(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_model
     int open_n = N;
     struct pollfd pf[TIDE_COMM_MAX];
     for (int r = 0; r < N; r++) pf[r] = (struct pollfd){pipes[r][0], POLLIN, 0};
+    int stats_seen[TIDE_COMM_MAX] = {0}, left[TIDE_COMM_MAX] = {0};
     while (open_n > 0) {
-        if (poll(pf, (nfds_t)N, -1) < 0 && errno != EINTR) break;
+        if (poll(pf, (nfds_t)N, 200) < 0 && errno != EINTR) break;
+        /* every survivor has reported and every line has its result: a rank
+         * still there was left behind hung (the others found it silent) */
+        if (res->n_stats > 0 && res->n_stats == res->world_end && res->n_got == L->n)
+            for (int r = 0; r < N; r++)
+                if (pf[r].fd >= 0 && !stats_seen[r] && !left[r]) {
+                    left[r] = 1;
+                    kill(pids[r], SIGKILL);
+                }
         for (int r = 0; r < N; r++) {
             if (pf[r].fd < 0 || !(pf[r].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             if (bcap[r] - blen[r] < 65536) {
@@ -470,7 +491,7 @@ int tide_ep_launch(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_model
             char *s = buf[r], *nl;
             while ((nl = memchr(s, '\n', blen[r] - (size_t)(s - buf[r])))) {
                 *nl = 0;
-                take_line(s, L, res);
+                take_line(s, L, res, &stats_seen[r]);
                 s = nl + 1;
             }
             blen[r] -= (size_t)(s - buf[r]);
@@ -482,7 +503,10 @@ int tide_ep_launch(const tide_ep_run_opts *o, const tide_ep_lines *L, tide_model
         int ws;
         waitpid(pids[r], &ws, 0);
         free(buf[r]);
-        if (WIFSIGNALED(ws)) {
+        if (left[r]) {
+            fprintf(stderr, "tide run --ep: rank %d was left behind by the others (hung) and killed\n", r);
+            res->lost++;
+        } else if (WIFSIGNALED(ws)) {
             fprintf(stderr, "tide run --ep: rank %d was killed (signal %d)\n", r, WTERMSIG(ws));
             res->lost++;
         } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 4) {
@@ -539,9 +563,10 @@ int tide_cmd_ep_run(int argc, char **argv) {
     fprintf(stderr,
             "tide run --ep: %d ranks at the end (%lld at the start), experts balancedness %.3f (mean/max routed "
             "rows per rank, last window), %lld rebalances, %lld recoveries; all ranks: %lld rows sent, %lld "
-            "served, %lld bytes of experts reloaded\n",
+            "served, %lld bytes of experts reloaded; recovery %.0f ms (a failure seen to the engines restarted, the "
+            "slowest survivor)\n",
             res.world_end, (long long)o.ranks, s->balancedness, (long long)s->rebalances, (long long)s->recoveries,
-            (long long)s->rows_sent, (long long)s->rows_served, (long long)s->bytes_reloaded);
+            (long long)s->rows_sent, (long long)s->rows_served, (long long)s->bytes_reloaded, 1000.0 * res.recovery_s);
     fprintf(stderr, "tide run --ep: %lld requests finished once each (%d ranks lost, %lld repeated results dropped)\n",
             (long long)L.n, res.lost, (long long)res.dup);
     rc = TIDE_EXIT_OK;

@@ -207,7 +207,7 @@ static int ep_round(tide_ep *ep, const tide_step *s, int layer, int64_t rows, in
     tide_comm *c = ep->c;
     int W = c->world, me = c->rank;
     int64_t D = ep->m->cfg.text.hidden_size, IB = 8 + 4 * D, CB = ep->o.ctl_bytes;
-    if (ep->o.kill_round > 0 && ++ep->stats.rounds == ep->o.kill_round) raise(SIGKILL);
+    if (ep->o.kill_round > 0 && ++ep->stats.rounds == ep->o.kill_round) raise(ep->o.kill_stop ? SIGSTOP : SIGKILL);
     else if (ep->o.kill_round <= 0) ep->stats.rounds++;
     int64_t H = (int64_t)sizeof(round_hdr) + 8 * W + CB;
     int64_t n_pairs = rows * k;

@@ -46,6 +46,7 @@ typedef struct tide_ep_opts {
     int n_threads;      /* threads of the pool that serves rows between steps */
     int64_t ctl_bytes;  /* size of the control block of tide_ep_sync */
     int64_t kill_round; /* tests: this rank SIGKILLs itself at that exchange round (0 = never) */
+    int kill_stop;      /* tests: SIGSTOP instead (a hung rank) */
 } tide_ep_opts;
 
 int tide_ep_create(tide_comm *c, const tide_model *m, const tide_ep_opts *o, tide_ep **out, tide_status *st);
