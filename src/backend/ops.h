@@ -150,6 +150,39 @@ struct tide_ops {
      * over the group's r tokens, f32 (kv, score: [r][dim]). */
     void (*compress_pool)(const tide_ops *self, const float *kv, const float *score, int r, int64_t dim, float *out);
 
+    /* ---- Memory: where the forward pass keeps its activations ----
+     * The forward allocates its step buffers with alloc (the CPU: host
+     * memory; CUDA: device memory), hands them to the ops above, and moves
+     * data between them and the host only through upload / download (the
+     * step's metadata in, the logits and the few control arrays the host
+     * must read out). It never dereferences them itself. Every op above
+     * accepts either kind of pointer for its activations (a backend stages
+     * host arrays as needed); weights are always the model's own.
+     * alloc returns NULL on failure (error() says why); release(NULL) is a
+     * no-op; copy is within the backend's memory (no overlap); zero fills
+     * with zero bytes. */
+    void *(*alloc)(const tide_ops *self, size_t bytes);
+    void (*release)(const tide_ops *self, void *p);
+    void (*upload)(const tide_ops *self, void *dst, const void *host_src, size_t bytes);
+    void (*download)(const tide_ops *self, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(const tide_ops *self, void *dst, const void *src, size_t bytes);
+    void (*zero)(const tide_ops *self, void *p, size_t bytes);
+
+    /* ---- The forward's data movement, as ops (index arrays on the host) ---- */
+    /* h[r][c][:] = row ids[r] of the table (F32 or BF16 [n][dim], as f32),
+     * for every copy c < hc. */
+    void (*embed)(const tide_ops *self, const tide_weight *table, const int32_t *ids, int64_t rows, int hc, float *h);
+    /* dst row i = src row idx[i], rows of `width` bytes; dst and src do not overlap. */
+    void (*gather_rows)(const tide_ops *self, const void *src, size_t width, const int64_t *idx, int64_t n, void *dst);
+    /* acc[idx[i]][:] += y[i][:] in f32, for i = 0..n-1 in that order. */
+    void (*scatter_add)(const tide_ops *self, const float *y, int64_t n, int64_t dim, const int64_t *idx, float *acc);
+    /* out[i] = bf16(a[i] + b[i]); out may alias a or b. */
+    void (*add_bf16)(const tide_ops *self, const float *a, const float *b, int64_t n, float *out);
+    /* x[i] /= s. */
+    void (*div_scalar)(const tide_ops *self, float *x, int64_t n, float s);
+    /* out[r][d] = bf16((sum over c = 0..hc-1 in order of h[r][c][d]) / hc), f32 sum. */
+    void (*hc_mean)(const tide_ops *self, const float *h, int64_t rows, int hc, int64_t dim, float *out);
+
     /* Optional (NULL for the CPU, which reads the mapped checkpoint where it
      * lies): place every tensor of the checkpoint in the backend's memory
      * once, before the first step, so that no step copies weights. The
@@ -162,6 +195,10 @@ struct tide_ops {
      * (engine.c run_forward). NULL: the backend cannot fail (the CPU). */
     int (*error)(const tide_ops *self, tide_status *st);
 };
+
+/* Row `row` of an embedding-like table (F32 or BF16 [rows][in]) as floats,
+ * from host memory (backend/cpu/cpu_mem.c). */
+void tide_weight_row(const tide_weight *w, int64_t row, float *dst);
 
 /* The CPU backend (reference semantics, threaded over the pool). */
 const tide_ops *tide_cpu_ops(void);

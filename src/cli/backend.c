@@ -76,11 +76,13 @@ void tide_cli_backend_close(tide_cli_backend *b) {
         tide_cuda_ops_stats s;
         tide_cuda_ops_get_stats(b->cx, &s);
         tide_log(TIDE_LOG_INFO,
-                 "cuda ops: %llu weight bytes bound at load, %llu weight uploads after it; %llu kernel launches, "
-                 "%llu bytes up, %llu bytes down",
+                 "cuda ops: %llu weight bytes bound at load, %llu weight uploads after it (%llu model arrays "
+                 "uploaded on first use); %llu kernel launches, %llu bytes up, %llu bytes down, %llu bytes of "
+                 "device-resident activations",
                  (unsigned long long)s.weights_bound, (unsigned long long)s.weight_uploads,
+                 (unsigned long long)s.derived_uploads,
                  (unsigned long long)s.kernel_launches, (unsigned long long)s.bytes_uploaded,
-                 (unsigned long long)s.bytes_downloaded);
+                 (unsigned long long)s.bytes_downloaded, (unsigned long long)s.resident_bytes);
     }
     tide_cuda_ops_destroy(b->cx);
 #endif
@@ -91,9 +93,10 @@ const char *tide_cli_backend_help(void) {
     return "  --backend cpu|cuda  where the forward pass runs (default cpu). cuda: the checkpoint's\n"
            "                      weights are loaded onto the GPU at start (with progress; a model\n"
            "                      that does not fit is refused before anything is allocated), every\n"
-           "                      op runs on the GPU's kernels, activations staged through the host\n"
-           "                      at each op (the correctness path; the device-resident forward is\n"
-           "                      later work)\n"
+           "                      op runs on the GPU's kernels; the activations stay on the GPU\n"
+           "                      through the embedding, hyper-connections, norms, MoE and head, and\n"
+           "                      cross to the host once per layer for attention (its caches are\n"
+           "                      still host structures: docs/gpu.md)\n"
            "  --kernels exact|fast  with --backend cuda: exact (default) is bit-identical to the CPU;\n"
            "                      fast uses the tensor-core GEMMs (one bf16 step off on a few outputs\n"
            "                      in a million)\n";

@@ -158,12 +158,22 @@ static void serve(tide_ep *ep, const tide_step *s, const int32_t *src_layer, con
         local.pool = ep->pool;
     }
     int W = ep->c->world;
+    const tide_ops *ops = local.ops;
+    int64_t I = 0; /* the widest expert's intermediate size among the layers served */
+    for (int l = 0; l < ep->n_layers; l++)
+        if (ep->pl[l].n_exp && ep->m->layers[l].ffn.w1[0].out > I) I = ep->m->layers[l].ffn.w1[0].out;
     int32_t *item_layer = malloc((size_t)(n_items + 1) * sizeof(int32_t));
     float *xs = malloc((size_t)(n_items * D + 1) * sizeof(float));
     float *ys = malloc((size_t)(n_items * D + 1) * sizeof(float));
     float *ws = malloc((size_t)(n_items + 1) * sizeof(float));
     int64_t *which = malloc((size_t)(n_items + 1) * sizeof(int64_t));
-    if (!item_layer || !xs || !ys || !ws || !which) abort();
+    /* the experts' operands in the backend's memory (the ops run there) */
+    float *bx = ops->alloc(ops, (size_t)(n_items * D + 1) * sizeof(float));
+    float *by = ops->alloc(ops, (size_t)(n_items * D + 1) * sizeof(float));
+    float *bw = ops->alloc(ops, (size_t)(n_items + 1) * sizeof(float));
+    float *bg = ops->alloc(ops, (size_t)(n_items * I + 1) * sizeof(float));
+    float *bu = ops->alloc(ops, (size_t)(n_items * I + 1) * sizeof(float));
+    if (!item_layer || !xs || !ys || !ws || !which || !bx || !by || !bw || !bg || !bu) abort();
     int64_t t = 0;
     for (int p = 0; p < W; p++)
         for (int64_t j = 0; j < rc[p]; j++) item_layer[t++] = src_layer[p];
@@ -184,7 +194,10 @@ static void serve(tide_ep *ep, const tide_step *s, const int32_t *src_layer, con
                 which[n++] = i;
             }
             if (!n) continue;
-            tide_moe_expert(&local, f, e, xs, n, ws, ys);
+            ops->upload(ops, bx, xs, (size_t)(n * D) * sizeof(float));
+            ops->upload(ops, bw, ws, (size_t)n * sizeof(float));
+            tide_moe_expert(&local, f, e, bx, n, bw, by, bg, bu);
+            ops->download(ops, ys, by, (size_t)(n * D) * sizeof(float));
             for (int64_t j = 0; j < n; j++) memcpy(reply + which[j] * D, ys + j * D, (size_t)D * 4);
             ep->served[l] += n;
             ep->stats.rows_served += n;
@@ -195,6 +208,11 @@ static void serve(tide_ep *ep, const tide_step *s, const int32_t *src_layer, con
     free(ys);
     free(ws);
     free(which);
+    ops->release(ops, bx);
+    ops->release(ops, by);
+    ops->release(ops, bw);
+    ops->release(ops, bg);
+    ops->release(ops, bu);
 }
 
 /* One exchange round (every rank calls it together). layer -1: a sync
@@ -300,10 +318,13 @@ void tide_ep_moe(struct tide_step *s, const struct tide_ffn_weights *f, const fl
     int64_t rows = s->rows, D = s->m->cfg.text.hidden_size;
     int k = f->top_k;
     for (int64_t j = 0; j < rows * k; j++) ep->load[ep->off[layer] + idx[j]]++;
+    /* x and acc live in the backend's memory: the rows travel from the host */
     float *y = malloc((size_t)(rows * k * D + 1) * sizeof(float));
-    if (!y) abort();
+    float *hx = malloc((size_t)(rows * D + 1) * sizeof(float)), *hacc = calloc((size_t)(rows * D + 1), sizeof(float));
+    if (!y || !hx || !hacc) abort();
+    s->ops->download(s->ops, hx, x, (size_t)(rows * D) * sizeof(float));
     tide_status st = {0};
-    if (ep_round(ep, s, layer, rows, k, x, idx, wt, y, NULL, NULL, NULL, &st) == 0) {
+    if (ep_round(ep, s, layer, rows, k, hx, idx, wt, y, NULL, NULL, NULL, &st) == 0) {
         /* each row: its experts' outputs in ascending expert id, as the
          * single-rank loop adds them */
         for (int64_t r = 0; r < rows; r++) {
@@ -318,11 +339,15 @@ void tide_ep_moe(struct tide_step *s, const struct tide_ffn_weights *f, const fl
             }
             for (int i = 0; i < k; i++) {
                 const float *ye = y + (r * k + sl[i]) * D;
-                for (int64_t d = 0; d < D; d++) acc[r * D + d] += ye[d];
+                for (int64_t d = 0; d < D; d++) hacc[r * D + d] += ye[d];
             }
         }
+        /* acc was zeroed: the sums from 0 in that order are scatter_add's */
+        s->ops->upload(s->ops, acc, hacc, (size_t)(rows * D) * sizeof(float));
     }
     free(y);
+    free(hx);
+    free(hacc);
 }
 
 /* Collective: sums the window's load counters over the ranks, measures the

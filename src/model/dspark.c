@@ -123,6 +123,7 @@ int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hid
         for (int64_t i = 0; i < B; i++)
             if (forced[i] < 0 || forced[i] >= V)
                 return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: forced id %d outside the vocabulary", forced[i]);
+    if (tide_fwd_reserve(fx, B, st) != 0) return tide_fail_ctx(st, "dspark draft");
     float *mx = main_x(fx, main_hidden_row, 1);
     for (int l = m->n_backbone; l < m->n_layers; l++) seed_stage(fx, c, l, mx, 1, sp);
     free(mx);
@@ -141,23 +142,25 @@ int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hid
         s.row_pos[i] = sp + 1 + i;
         ids[i] = i == 0 ? token : (int32_t)tc->dspark_noise_token_id;
     }
-    float *h = tide_xmalloc((size_t)(B * hc * D) * sizeof(float));
-    embed_rows(&m->embed, ids, B, h);
-    for (int64_t r = B - 1; r >= 0; r--)
-        for (int64_t k = 0; k < hc; k++) memmove(h + (r * hc + k) * D, h + r * D, (size_t)D * sizeof(float));
-    float *pre_mix = calloc((size_t)(B * hc), sizeof(float));
-    if (!pre_mix) abort();
-    for (int64_t r = 0; r < B; r++) pre_mix[r * hc] = 1.0f;
+    /* the block's stream in the backend's memory (the forward's buffers) */
+    float *h = fx->buf[FB_H], *pre_mix = fx->buf[FB_PRE_MIX];
+    fx->ops->embed(fx->ops, &m->embed, ids, B, (int)hc, h);
+    float *pm = calloc((size_t)(B * hc), sizeof(float));
+    if (!pm) abort();
+    for (int64_t r = 0; r < B; r++) pm[r * hc] = 1.0f;
+    fx->ops->upload(fx->ops, pre_mix, pm, (size_t)(B * hc) * sizeof(float));
+    free(pm);
     draft_arg da = {c, sp};
     for (int l = m->n_backbone; l < m->n_layers; l++) tide_block(&s, l, h, pre_mix, draft_attn, &da);
 
     /* head, Markov bias, drafts, confidence */
     const tide_layer *last = &m->layers[m->n_layers - 1];
-    float *x = tide_xmalloc((size_t)(B * D) * sizeof(float));
-    float *xn = tide_xmalloc((size_t)(B * D) * sizeof(float));
-    fx->ops->hc_pre(fx->ops, h, B, (int)hc, D, pre_mix, x);
-    fx->ops->rmsnorm(fx->ops, fx->pool, x, B, D, last->final_norm, tc->rms_norm_eps, xn);
+    float *xd = fx->buf[FB_X], *xn = fx->buf[FB_Y];
+    fx->ops->hc_pre(fx->ops, h, B, (int)hc, D, pre_mix, xd);
+    fx->ops->rmsnorm(fx->ops, fx->pool, xd, B, D, last->final_norm, tc->rms_norm_eps, xn);
     fx->ops->linear(fx->ops, fx->pool, &m->head, xn, B, out->logits, 0);
+    float *x = tide_xmalloc((size_t)(B * D) * sizeof(float)); /* the confidence input, on the host */
+    fx->ops->download(fx->ops, x, xd, (size_t)(B * D) * sizeof(float));
     float *e = tide_xmalloc((size_t)(B * MR) * sizeof(float));
     float *bias = tide_xmalloc((size_t)V * sizeof(float));
     out->draft_ids[0] = token;
@@ -180,10 +183,7 @@ int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hid
     fx->ops->linear(fx->ops, fx->pool, &last->conf_proj, cat, B, out->confidence, 0);
     free(s.row_pos);
     free(ids);
-    free(h);
-    free(pre_mix);
     free(x);
-    free(xn);
     free(e);
     free(bias);
     free(cat);

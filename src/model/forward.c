@@ -58,8 +58,57 @@ int tide_fwd_ctx_create(const tide_model *m, const tide_ops *ops, int n_threads,
     return 0;
 }
 
+/* Bytes of each activation buffer for a step of `rows` rows. */
+static void buf_sizes(const tide_model *m, int64_t rows, size_t *sz) {
+    const tide_text_config *c = &m->cfg.text;
+    int64_t D = c->hidden_size, hc = c->hc_mult, E = 1, I = 1;
+    for (int i = 0; i < m->n_layers; i++) {
+        const tide_ffn_weights *f = &m->layers[i].ffn;
+        if (f->n_experts > E) E = f->n_experts;
+        for (int e = 0; e < f->n_experts; e++)
+            if (f->w1[e].out > I) I = f->w1[e].out;
+        if (f->sw1.out > I) I = f->sw1.out;
+    }
+    int64_t ekv = m->has_engram ? (int64_t)(m->engram_dims.hc_mult + 1) * m->engram_dims.dim : 1;
+    int64_t per[FB_COUNT] = {
+        [FB_H] = hc * D, [FB_PRE_MIX] = hc, [FB_PRE] = hc, [FB_POST] = hc, [FB_COMB] = hc * hc,
+        [FB_X] = D, [FB_Y] = D, [FB_RES] = hc * D, [FB_GATE] = E, [FB_ACC] = D, [FB_XE] = D, [FB_YE] = D,
+        [FB_WE] = 1, [FB_G] = I, [FB_U] = I, [FB_EKV] = ekv,
+    };
+    for (int i = 0; i < FB_COUNT; i++) sz[i] = (size_t)(rows * per[i]) * sizeof(float);
+}
+
+int tide_fwd_reserve(tide_fwd_ctx *fx, int64_t rows, tide_status *st) {
+    if (rows <= fx->buf_rows) return 0;
+    int64_t want = fx->buf_rows ? fx->buf_rows : 16;
+    while (want < rows) want *= 2; /* geometric: a handful of growths over a run */
+    size_t sz[FB_COUNT];
+    buf_sizes(fx->m, want, sz);
+    for (int i = 0; i < FB_COUNT; i++) {
+        fx->ops->release(fx->ops, fx->buf[i]);
+        fx->buf[i] = NULL;
+    }
+    fx->buf_rows = 0;
+    for (int i = 0; i < FB_COUNT; i++) {
+        fx->buf[i] = fx->ops->alloc(fx->ops, sz[i]);
+        if (!fx->buf[i]) {
+            for (int j = 0; j < i; j++) {
+                fx->ops->release(fx->ops, fx->buf[j]);
+                fx->buf[j] = NULL;
+            }
+            tide_status e = {0};
+            if (fx->ops->error && fx->ops->error(fx->ops, &e) != 0) *st = e;
+            else tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+            return tide_fail_ctx(st, "forward: activation buffers for %lld rows", (long long)want);
+        }
+    }
+    fx->buf_rows = want;
+    return 0;
+}
+
 void tide_fwd_ctx_free(tide_fwd_ctx *fx) {
     if (!fx) return;
+    for (int i = 0; i < FB_COUNT; i++) fx->ops->release(fx->ops, fx->buf[i]);
     tide_pool_destroy(fx->pool);
     tide_kv_pool_free(&fx->kv);
     free(fx);
@@ -225,8 +274,10 @@ static int engram_layer(const tide_step *s, const tide_layer *L, const int64_t *
         o->dump(o->dump_ctx, "engram_rows", L->role->layer, f, s->rows, d->n_cols);
         free(f);
     }
+    /* the hashed tables are gathered on the host (they are read where the
+     * checkpoint lies); the GEMM and the mix run on the backend */
     float *emb = tide_xmalloc((size_t)(s->rows * in) * sizeof(float));
-    float *kv = tide_xmalloc((size_t)(s->rows * out) * sizeof(float));
+    float *kv = s->fx->buf[FB_EKV];
     int rc = tide_engram_gather(&L->engram, d, rows_idx, stride, s->rows, emb, st);
     if (rc == 0) {
         tide_weight w = {TIDE_W_FP8, out, in, L->engram.wkv, L->engram.wkv_scale};
@@ -234,33 +285,15 @@ static int engram_layer(const tide_step *s, const tide_layer *L, const int64_t *
         s->ops->engram_mix(s->ops, kv, L->engram_qk, s->rows, d->hc_mult, d->dim, d->eps, h);
     }
     free(emb);
-    free(kv);
     return rc;
 }
 
-void tide_weight_row(const tide_weight *w, int64_t row, float *dst) {
-    const uint8_t *d = w->data;
-    if (w->type == TIDE_W_F32) {
-        memcpy(dst, d + (size_t)(row * w->in) * 4, (size_t)w->in * 4);
-        return;
-    }
-    for (int64_t i = 0; i < w->in; i++) {
-        uint16_t b;
-        memcpy(&b, d + (size_t)(row * w->in + i) * 2, 2);
-        dst[i] = tide_bf16_to_f32(b);
-    }
-}
-
 static void embed(const tide_step *s, float *h) {
-    const tide_model *m = s->m;
-    int64_t D = m->cfg.text.hidden_size, hc = m->cfg.text.hc_mult;
+    int32_t *ids = tide_xmalloc((size_t)s->rows * sizeof(int32_t));
     for (int q = 0; q < s->n_seqs; q++)
-        for (int64_t i = 0; i < s->seqs[q].n_tokens; i++) {
-            int64_t r = s->seq_row0[q] + i, id = s->seqs[q].tokens[i];
-            float *dst = h + r * hc * D;
-            tide_weight_row(&m->embed, id, dst);
-            for (int64_t c = 1; c < hc; c++) memcpy(dst + c * D, dst, (size_t)D * sizeof(float));
-        }
+        memcpy(ids + s->seq_row0[q], s->seqs[q].tokens, (size_t)s->seqs[q].n_tokens * sizeof(int32_t));
+    s->ops->embed(s->ops, &s->m->embed, ids, s->rows, (int)s->m->cfg.text.hc_mult, h);
+    free(ids);
 }
 
 static void free_step(tide_step *s) {
@@ -308,6 +341,14 @@ static void keep_rows(void *base, size_t width, const int64_t *keep, int64_t n) 
         if (keep[i] != i) memmove((char *)base + (size_t)i * width, (char *)base + (size_t)keep[i] * width, width);
 }
 
+/* The same for an array in the backend's memory, through scratch (which
+ * may not overlap it). */
+static void keep_rows_dev(const tide_ops *ops, void *base, size_t width, const int64_t *keep, int64_t n,
+                          void *scratch) {
+    ops->gather_rows(ops, base, width, keep, n, scratch);
+    ops->copy(ops, base, scratch, (size_t)n * width);
+}
+
 /* What the rows of the step carry from layer to layer. */
 typedef struct {
     float *h, *pre_mix;
@@ -339,8 +380,8 @@ static void enter_upper_layers(tide_step *s, step_rows *sr) {
     if (removed > 0) {
         int64_t hc = c->hc_mult, D = c->hidden_size, itk = c->index_topk > 0 ? c->index_topk : 1;
         int64_t per_e = m->has_engram ? (int64_t)m->engram.n_layers * m->engram.n_cols : 0;
-        keep_rows(sr->h, (size_t)(hc * D) * sizeof(float), keep, n);
-        keep_rows(sr->pre_mix, (size_t)hc * sizeof(float), keep, n);
+        keep_rows_dev(s->ops, sr->h, (size_t)(hc * D) * sizeof(float), keep, n, s->fx->buf[FB_RES]);
+        keep_rows_dev(s->ops, sr->pre_mix, (size_t)hc * sizeof(float), keep, n, s->fx->buf[FB_PRE]);
         keep_rows(sr->erows, (size_t)per_e * sizeof(int64_t), keep, n);
         keep_rows(sr->row_of, sizeof(int64_t), keep, n);
         keep_rows(s->row_seq, sizeof(int32_t), keep, n);
@@ -363,12 +404,12 @@ static void enter_upper_layers(tide_step *s, step_rows *sr) {
 static void record_dspark(const tide_step *s, const step_rows *sr, int ti, float *dspark_in) {
     const tide_text_config *c = &s->m->cfg.text;
     int64_t D = c->hidden_size, hc = c->hc_mult, n_t = c->n_dspark_target_layer_ids;
+    float *mean = tide_xmalloc((size_t)(s->rows * D) * sizeof(float));
+    s->ops->hc_mean(s->ops, sr->h, s->rows, (int)hc, D, s->fx->buf[FB_Y]);
+    s->ops->download(s->ops, mean, s->fx->buf[FB_Y], (size_t)(s->rows * D) * sizeof(float));
     for (int64_t r = 0; r < s->rows; r++)
-        for (int64_t d = 0; d < D; d++) {
-            float sum = 0;
-            for (int64_t k = 0; k < hc; k++) sum += sr->h[(r * hc + k) * D + d];
-            dspark_in[(sr->row_of[r] * n_t + ti) * D + d] = tide_round_bf16(sum / (float)hc);
-        }
+        memcpy(dspark_in + (sr->row_of[r] * n_t + ti) * D, mean + r * D, (size_t)D * sizeof(float));
+    free(mean);
 }
 
 /* Final collapse, norm and head for the rows asked for. */
@@ -376,23 +417,21 @@ static void head(const tide_step *s, const step_rows *sr, float *logits) {
     const tide_model *m = s->m;
     const tide_text_config *c = &m->cfg.text;
     int64_t D = c->hidden_size, hc = c->hc_mult, rows = s->rows;
-    float *x = tide_xmalloc((size_t)(rows * D) * sizeof(float));
+    float *x = s->fx->buf[FB_X], *xl = s->fx->buf[FB_Y];
     s->ops->hc_pre(s->ops, sr->h, rows, (int)hc, D, sr->pre_mix, x);
     s->ops->rmsnorm(s->ops, s->pool, x, rows, D, m->norm, c->rms_norm_eps, x);
-    int64_t nl = 0;
+    int64_t nl = 0, *pick = tide_xmalloc((size_t)(rows ? rows : 1) * sizeof(int64_t));
     for (int q = 0; q < s->n_seqs; q++) {
         /* validation made sure the rows asked for ran every layer */
         int64_t r0 = s->seq_row0[q], n = s->seq_row0[q + 1] - r0;
-        if (s->seqs[q].logits == TIDE_LOGITS_LAST) {
-            memmove(x + nl * D, x + (r0 + n - 1) * D, (size_t)D * sizeof(float));
-            nl++;
-        } else if (s->seqs[q].logits == TIDE_LOGITS_ALL) {
-            memmove(x + nl * D, x + r0 * D, (size_t)(n * D) * sizeof(float));
-            nl += n;
-        }
+        if (s->seqs[q].logits == TIDE_LOGITS_LAST) pick[nl++] = r0 + n - 1;
+        else if (s->seqs[q].logits == TIDE_LOGITS_ALL)
+            for (int64_t i = 0; i < n; i++) pick[nl++] = r0 + i;
     }
-    s->ops->linear(s->ops, s->pool, &m->head, x, nl, logits, 0);
-    free(x);
+    s->ops->gather_rows(s->ops, x, (size_t)D * sizeof(float), pick, nl, xl);
+    /* the logits land in the caller's host array (the backend copies them out) */
+    s->ops->linear(s->ops, s->pool, &m->head, xl, nl, logits, 0);
+    free(pick);
 }
 
 /* Everything that can fail, before any state changes: KV blocks, engram
@@ -432,6 +471,11 @@ int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_ou
     s.n_seqs = n_seqs;
     init_rows(&s, seqs, n_seqs);
     step_rows sr = {0};
+    /* the buffers first: prepare() changes the sequences' state */
+    if (tide_fwd_reserve(fx, s.rows, st) != 0) {
+        free_step(&s);
+        return -1;
+    }
     if (prepare(&s, &sr.erows, st) != 0) {
         free(sr.erows);
         free_step(&s);
@@ -439,14 +483,17 @@ int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_ou
     }
 
     int64_t D = c->hidden_size, hc = c->hc_mult, rows = s.rows;
-    sr.h = tide_xmalloc((size_t)(rows * hc * D) * sizeof(float));
-    sr.pre_mix = calloc((size_t)(rows * hc), sizeof(float));
+    sr.h = fx->buf[FB_H];
+    sr.pre_mix = fx->buf[FB_PRE_MIX];
     sr.row_of = tide_xmalloc((size_t)rows * sizeof(int64_t));
-    if (!sr.pre_mix) abort();
+    float *pm = calloc((size_t)(rows * hc), sizeof(float));
+    if (!pm) abort();
     for (int64_t r = 0; r < rows; r++) {
-        sr.pre_mix[r * hc] = 1.0f; /* one-hot on copy 0 */
+        pm[r * hc] = 1.0f; /* one-hot on copy 0 */
         sr.row_of[r] = r;
     }
+    fx->ops->upload(fx->ops, sr.pre_mix, pm, (size_t)(rows * hc) * sizeof(float));
+    free(pm);
     embed(&s, sr.h);
     float *dspark_in = out ? out->dspark_in : NULL;
     for (int64_t r = 0; r < rows && dspark_in; r++)
@@ -478,8 +525,6 @@ int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_ou
             for (int k = 0; k < m->n_kv_src; k++)
                 sc->n_comp[k] = sc->pos / m->cfg.roles[m->kv_src_layer[k]].compress_ratio;
         }
-    free(sr.h);
-    free(sr.pre_mix);
     free(sr.erows);
     free(sr.row_of);
     free_step(&s);

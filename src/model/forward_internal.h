@@ -6,13 +6,42 @@
 
 #include "model/forward.h"
 
+/* The step's activation buffers, in the backend's memory (ops->alloc):
+ * sized for the largest step so far by tide_fwd_reserve, never freed
+ * between steps. Only ops touch them. */
+enum {
+    FB_H = 0,   /* [rows][hc][dim] the residual stream */
+    FB_PRE_MIX, /* [rows][hc] the previous sub-layer's pre coefficients */
+    FB_PRE,     /* [rows][hc] */
+    FB_POST,    /* [rows][hc] */
+    FB_COMB,    /* [rows][hc][hc] */
+    FB_X,       /* [rows][dim] a sub-layer's normalised input */
+    FB_Y,       /* [rows][dim] a sub-layer's output */
+    FB_RES,     /* [rows][hc][dim] the residual copy (and the rows' compaction scratch) */
+    FB_GATE,    /* [rows][max experts] router logits */
+    FB_ACC,     /* [rows][dim] routed experts' f32 sum */
+    FB_XE,      /* [rows][dim] one expert's rows */
+    FB_YE,      /* [rows][dim] their outputs */
+    FB_WE,      /* [rows] their routing weights */
+    FB_G,       /* [rows][max inter] */
+    FB_U,       /* [rows][max inter] */
+    FB_EKV,     /* [rows][(hc+1)*dim] the engram layer's keys and value */
+    FB_COUNT
+};
+
 struct tide_fwd_ctx {
     const tide_model *m;
     const tide_ops *ops;
     tide_pool *pool;
     tide_fwd_opts opt;
     tide_kv_pool kv;
+    void *buf[FB_COUNT];
+    int64_t buf_rows; /* rows the buffers hold */
 };
+
+/* Grows the activation buffers to hold a step of `rows` rows (no-op when
+ * they already do). 0, or -1 when the backend is out of memory. */
+int tide_fwd_reserve(tide_fwd_ctx *fx, int64_t rows, tide_status *st);
 
 typedef struct tide_step {
     tide_fwd_ctx *fx;
@@ -47,11 +76,19 @@ typedef struct tide_step {
 void tide_attention(tide_step *s, int layer, const float *x, float *out);
 void tide_moe(tide_step *s, const tide_ffn_weights *f, const float *x, float *out);
 /* Routed expert e of f over n rows x with weights wt: y = w2(bf16(wt *
- * swiglu(w1 x, w3 x))) (BF16 values); row-independent. For dist/ep.c. */
+ * swiglu(w1 x, w3 x))) (BF16 values); row-independent. x, wt, y and the
+ * scratch g, u ([n][inter]) in the backend's memory; uses s->m, ops, pool
+ * only. For dist/ep.c. */
 void tide_moe_expert(tide_step *s, const tide_ffn_weights *f, int e, const float *x, int64_t n, const float *wt,
-                     float *y);
+                     float *y, float *g, float *u);
 /* One block with its hyper-connections: h [rows][hc][dim] in/out, pre_mix
- * [rows][hc] in (the previous block's FFN pre) / out (this block's). */
+ * [rows][hc] in (the previous block's FFN pre) / out (this block's), both
+ * in the backend's memory (the forward's FB_H / FB_PRE_MIX); x and out of
+ * the MoE too. The attention sub-layer (attn, or tide_attention) runs on
+ * HOST arrays: its caches (rings, pools, compressor state) are host
+ * structures, so the block hands it a host copy of its input and uploads
+ * its output: the one place a step crosses to the host (issue 9 moves the
+ * caches to the backend and removes it). */
 typedef void (*tide_attn_fn)(tide_step *s, int layer, const float *x, float *out, void *arg);
 void tide_block(tide_step *s, int layer, float *h, float *pre_mix, tide_attn_fn attn, void *arg);
 
@@ -88,9 +125,6 @@ void tide_rope_tail(const tide_step *s, int layer, float *x, int64_t n_vec, int6
  * [rows][heads][head_dim] scratch that holds the attention output after. */
 void tide_attn_project(tide_step *s, int layer, const float *x, float *qr, float *q, float *kv, uint8_t *kvp);
 void tide_attn_output(tide_step *s, int layer, const float *q, const tide_attn_row *ar, float *o, float *out);
-
-/* Row `row` of an embedding-like table (F32 or BF16, [rows][in]) as floats. */
-void tide_weight_row(const tide_weight *w, int64_t row, float *dst);
 
 void *tide_xmalloc(size_t n); /* aborts on failure: only for step scratch */
 

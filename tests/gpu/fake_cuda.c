@@ -13,6 +13,13 @@
  * TIDE_FAKE_FAIL_AT=N makes the N-th kernel call fail (the sticky-error
  * path).
  *
+ * The host guard (tide_cuda_host_guard): the CUDA ops table's
+ * device-resident buffers (the forward's activations) are PROT_NONE except
+ * while the table has them open (for the length of an op), so host code
+ * that touches a device buffer itself (the forward pass must not) dies with
+ * SIGSEGV here, as it would on a GPU. Blocks are mmap'd for that.
+ * TIDE_FAKE_NO_GUARD=1 turns it off.
+ *
  * Not built by CMake (its symbols clash with libtide_cuda's). Build and run,
  * from a CPU build dir B (e.g. with -DTIDE_SANITIZE=ON):
  *   cc -std=c17 -D_GNU_SOURCE -fsanitize=address,undefined -Isrc -Iinclude -Itests/gpu \
@@ -23,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/ops.h"
@@ -38,6 +47,12 @@ static struct {
 } blocks[FAKE_MAX];
 static int n_blocks;
 static long kernel_calls;
+static int guard_off = -1; /* TIDE_FAKE_NO_GUARD=1, read once */
+
+static size_t page_round(size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + pg - 1) / pg * pg;
+}
 
 static void bad(const char *what, const void *p, size_t n) {
     fprintf(stderr, "fake_cuda: %s: %p (+%zu bytes) is not inside a live device allocation\n", what, p, n);
@@ -51,6 +66,21 @@ static void chk(const char *what, const void *p, size_t n) {
     for (int i = 0; i < n_blocks; i++)
         if (c >= blocks[i].p && c + n <= blocks[i].p + blocks[i].n && c < blocks[i].p + blocks[i].n) return;
     bad(what, p, n);
+}
+
+void tide_cuda_host_guard(const tide_cuda_span *spans, size_t n, int open) {
+    if (guard_off < 0) {
+        const char *e = getenv("TIDE_FAKE_NO_GUARD");
+        guard_off = e && *e == '1';
+    }
+    if (guard_off) return;
+    for (size_t i = 0; i < n; i++) {
+        chk("guard", spans[i].p, spans[i].bytes);
+        if (mprotect(spans[i].p, page_round(spans[i].bytes), open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
+            perror("fake_cuda: mprotect");
+            abort();
+        }
+    }
 }
 
 static int kernel(const char *name, tide_status *st) {
@@ -82,8 +112,8 @@ int tide_cuda_describe(char *buf, size_t size, tide_status *st) {
 int tide_cuda_malloc(void **p, size_t bytes, tide_status *st) {
     *p = NULL;
     if (n_blocks == FAKE_MAX) return tide_fail(st, TIDE_ERR_NOMEM, "fake_cuda: too many blocks");
-    char *m = malloc(bytes ? bytes : 1);
-    if (!m) return tide_fail(st, TIDE_ERR_NOMEM, "fake_cuda: malloc %zu", bytes);
+    char *m = mmap(NULL, page_round(bytes ? bytes : 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return tide_fail(st, TIDE_ERR_NOMEM, "fake_cuda: mmap %zu", bytes);
     memset(m, 0xa5, bytes); /* like uninitialised device memory: garbage, not zeros */
     blocks[n_blocks].p = m;
     blocks[n_blocks].n = bytes ? bytes : 1;
@@ -96,7 +126,7 @@ void tide_cuda_free(void *p) {
     if (!p) return;
     for (int i = 0; i < n_blocks; i++)
         if (blocks[i].p == p) {
-            free(p);
+            munmap(p, page_round(blocks[i].n));
             blocks[i] = blocks[--n_blocks];
             return;
         }
@@ -121,6 +151,12 @@ int tide_cuda_memset(void *dev, int byte, size_t bytes, tide_status *st) {
     (void)st;
     chk("memset", dev, bytes);
     memset(dev, byte, bytes);
+    return 0;
+}
+
+int tide_cuda_memcpy_any(void *dst, const void *src, size_t bytes, tide_status *st) {
+    (void)st;
+    memmove(dst, src, bytes);
     return 0;
 }
 
@@ -743,5 +779,82 @@ int tide_cuda_event_ms(void *a, void *b, double *ms, tide_status *st) {
     (void)b;
     (void)st;
     *ms = 0.5;
+    return 0;
+}
+
+/* ---- the forward's data movement (fwd_glue.cu) ---- */
+
+int tide_cuda_embed(const void *table, int bf16, int64_t dim, const int32_t *ids, int64_t rows, int hc, float *h,
+                    tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    chk("embed ids", ids, (size_t)rows * 4);
+    chk("embed h", h, (size_t)(rows * hc * dim) * F4);
+    if (kernel("embed", st)) return -1;
+    tide_weight w = {bf16 ? TIDE_W_BF16 : TIDE_W_F32, 0, dim, table, NULL};
+    for (int64_t r = 0; r < rows; r++) {
+        chk("embed row", (const char *)table + (size_t)ids[r] * (size_t)dim * (bf16 ? 2 : 4), (size_t)dim * (bf16 ? 2 : 4));
+        tide_weight_row(&w, ids[r], h + r * hc * dim);
+        for (int c = 1; c < hc; c++) memcpy(h + (r * hc + c) * dim, h + r * hc * dim, (size_t)dim * F4);
+    }
+    return 0;
+}
+
+int tide_cuda_gather_rows(const void *src, size_t width, const int64_t *idx, int64_t n, void *dst,
+                          tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    chk("gather idx", idx, (size_t)n * 8);
+    chk("gather dst", dst, (size_t)n * width);
+    if (kernel("gather_rows", st)) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        chk("gather src", (const char *)src + (size_t)idx[i] * width, width);
+        memcpy((char *)dst + (size_t)i * width, (const char *)src + (size_t)idx[i] * width, width);
+    }
+    return 0;
+}
+
+int tide_cuda_scatter_add(const float *y, int64_t n, int64_t dim, const int64_t *idx, float *acc,
+                          tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    chk("scatter_add y", y, (size_t)(n * dim) * F4);
+    chk("scatter_add idx", idx, (size_t)n * 8);
+    if (kernel("scatter_add", st)) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        chk("scatter_add acc", acc + idx[i] * dim, (size_t)dim * F4);
+        for (int64_t d = 0; d < dim; d++) acc[idx[i] * dim + d] += y[i * dim + d];
+    }
+    return 0;
+}
+
+int tide_cuda_add_bf16(const float *a, const float *b, int64_t n, float *out, tide_cuda_stream stream,
+                       tide_status *st) {
+    (void)stream;
+    chk("add_bf16 a", a, (size_t)n * F4);
+    chk("add_bf16 b", b, (size_t)n * F4);
+    chk("add_bf16 out", out, (size_t)n * F4);
+    if (kernel("add_bf16", st)) return -1;
+    for (int64_t i = 0; i < n; i++) out[i] = tide_round_bf16(a[i] + b[i]);
+    return 0;
+}
+
+int tide_cuda_div_scalar(float *x, int64_t n, float s, tide_cuda_stream stream, tide_status *st) {
+    (void)stream;
+    chk("div_scalar", x, (size_t)n * F4);
+    if (kernel("div_scalar", st)) return -1;
+    for (int64_t i = 0; i < n; i++) x[i] /= s;
+    return 0;
+}
+
+int tide_cuda_hc_mean(const float *h, int64_t rows, int hc, int64_t dim, float *out, tide_cuda_stream stream,
+                      tide_status *st) {
+    (void)stream;
+    chk("hc_mean h", h, (size_t)(rows * hc * dim) * F4);
+    chk("hc_mean out", out, (size_t)(rows * dim) * F4);
+    if (kernel("hc_mean", st)) return -1;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t d = 0; d < dim; d++) {
+            float sum = 0;
+            for (int k = 0; k < hc; k++) sum += h[(r * hc + k) * dim + d];
+            out[r * dim + d] = tide_round_bf16(sum / (float)hc);
+        }
     return 0;
 }

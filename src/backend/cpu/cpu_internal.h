@@ -110,5 +110,19 @@ void tide_cpu_engram_mix(const tide_ops *self, const float *kv, const float *w, 
 void tide_cpu_moe_route(const tide_ops *self, const float *logits, int64_t rows, int n_experts, int k, int func,
                         const float *bias, int norm, float route_scale, int32_t *idx, float *w);
 void tide_cpu_compress_pool(const tide_ops *self, const float *kv, const float *score, int r, int64_t dim, float *out);
+/* cpu_mem.c: memory and data movement */
+void *tide_cpu_alloc(const tide_ops *self, size_t bytes);
+void tide_cpu_release(const tide_ops *self, void *p);
+void tide_cpu_copy(const tide_ops *self, void *dst, const void *src, size_t bytes);
+void tide_cpu_zero(const tide_ops *self, void *p, size_t bytes);
+void tide_cpu_embed(const tide_ops *self, const tide_weight *table, const int32_t *ids, int64_t rows, int hc,
+                    float *h);
+void tide_cpu_gather_rows(const tide_ops *self, const void *src, size_t width, const int64_t *idx, int64_t n,
+                          void *dst);
+void tide_cpu_scatter_add(const tide_ops *self, const float *y, int64_t n, int64_t dim, const int64_t *idx,
+                          float *acc);
+void tide_cpu_add_bf16(const tide_ops *self, const float *a, const float *b, int64_t n, float *out);
+void tide_cpu_div_scalar(const tide_ops *self, float *x, int64_t n, float s);
+void tide_cpu_hc_mean(const tide_ops *self, const float *h, int64_t rows, int hc, int64_t dim, float *out);
 
 #endif

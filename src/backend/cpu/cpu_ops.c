@@ -123,6 +123,18 @@ static const tide_ops cpu_ops = {
     .engram_mix = tide_cpu_engram_mix,
     .moe_route = tide_cpu_moe_route,
     .compress_pool = tide_cpu_compress_pool,
+    .alloc = tide_cpu_alloc,
+    .release = tide_cpu_release,
+    .upload = tide_cpu_copy,
+    .download = tide_cpu_copy,
+    .copy = tide_cpu_copy,
+    .zero = tide_cpu_zero,
+    .embed = tide_cpu_embed,
+    .gather_rows = tide_cpu_gather_rows,
+    .scatter_add = tide_cpu_scatter_add,
+    .add_bf16 = tide_cpu_add_bf16,
+    .div_scalar = tide_cpu_div_scalar,
+    .hc_mean = tide_cpu_hc_mean,
 };
 
 const tide_ops *tide_cpu_ops(void) { return &cpu_ops; }

@@ -354,4 +354,36 @@ int tide_cuda_attn_idx(int64_t rows, int win, int k, const int32_t *win_base, co
                        const int32_t *lat_base, const int32_t *topk, int32_t *idx, tide_cuda_stream stream,
                        tide_status *st);
 
+/* ---- The forward's data movement (fwd_glue.cu) ----
+ * Bit-identical to the CPU ops of the same names (ops.h); index arrays are
+ * device arrays. embed: table [n][dim] f32 (bf16 != 0: bf16), h[r][c] = row
+ * ids[r] for c < hc. gather_rows: dst row i = src row idx[i] (width bytes,
+ * no overlap). scatter_add: acc[idx[i]] += y[i] in i order. add_bf16:
+ * out = bf16(a + b). div_scalar: x /= s. hc_mean: out[r] = bf16(sum_c
+ * h[r][c] / hc). memcpy_any: a synchronous copy between any two of host
+ * and device memory (cudaMemcpyDefault). */
+int tide_cuda_embed(const void *table, int bf16, int64_t dim, const int32_t *ids, int64_t rows, int hc, float *h,
+                    tide_cuda_stream stream, tide_status *st);
+int tide_cuda_gather_rows(const void *src, size_t width, const int64_t *idx, int64_t n, void *dst,
+                          tide_cuda_stream stream, tide_status *st);
+int tide_cuda_scatter_add(const float *y, int64_t n, int64_t dim, const int64_t *idx, float *acc,
+                          tide_cuda_stream stream, tide_status *st);
+int tide_cuda_add_bf16(const float *a, const float *b, int64_t n, float *out, tide_cuda_stream stream,
+                       tide_status *st);
+int tide_cuda_div_scalar(float *x, int64_t n, float s, tide_cuda_stream stream, tide_status *st);
+int tide_cuda_hc_mean(const float *h, int64_t rows, int hc, int64_t dim, float *out, tide_cuda_stream stream,
+                      tide_status *st);
+int tide_cuda_memcpy_any(void *dst, const void *src, size_t bytes, tide_status *st);
+
+/* The debugging guard of the host stand-in (tests/gpu/fake_cuda.c): there,
+ * the spans (the forward's device-resident buffers) are readable by the
+ * host only while open (the CUDA ops table opens them for the length of an
+ * op), so a forward pass that touches a device buffer itself crashes in
+ * CI. A no-op in the real library. */
+typedef struct tide_cuda_span {
+    char *p;
+    size_t bytes;
+} tide_cuda_span;
+void tide_cuda_host_guard(const tide_cuda_span *spans, size_t n, int open);
+
 #endif

@@ -27,19 +27,41 @@
 #include "backend/cuda/cuda_ops_internal.h"
 #include "num/num.h"
 
-/* The context of the table the op was called through, locked (NULL, not
- * locked, for a table without one). */
+/* The context of the table the op was called through, locked, the host
+ * stand-in's guard open (NULL, not locked, for a table without one). */
 static tide_cuda_ops_ctx *enter(const tide_ops *self) {
     tide_cuda_ops_ctx *cx = self->ctx;
-    if (cx) pthread_mutex_lock(&cx->mu);
+    if (cx) {
+        pthread_mutex_lock(&cx->mu);
+        tide_cuda_host_guard(cx->res, cx->n_res, 1);
+    }
     return cx;
 }
 static void leave(tide_cuda_ops_ctx *cx) {
-    if (cx) pthread_mutex_unlock(&cx->mu);
+    if (cx) {
+        tide_cuda_host_guard(cx->res, cx->n_res, 0);
+        pthread_mutex_unlock(&cx->mu);
+    }
 }
 
-static void zero_f(float *p, int64_t n) {
-    if (p && n > 0) memset(p, 0, (size_t)n * sizeof(float));
+#define F4(n) cxo_bytes((n), 1, sizeof(float))
+
+/* An op with no kernel for its case runs the CPU op, which needs host
+ * arrays: with device-resident arguments that is a bug in the caller's
+ * shapes (the forward's are all covered), reported as an error. Returns 1
+ * when the CPU op may run (the context unlocked), 0 after recording the
+ * error. */
+static int fallback(tide_cuda_ops_ctx *cx, int op, const cxo_arg *a, int n) {
+    if (!cx) return 1;
+    if (cxo_any_resident(cx, a, n)) {
+        tide_status st = {0};
+        tide_fail(&st, TIDE_ERR_UNSUPPORTED, "no kernel for this shape, and its arrays are on the device");
+        cxo_fail(cx, tide_cuda_op_name(op), &st);
+        return 0;
+    }
+    cx->stats.cpu_fallbacks[op]++;
+    leave(cx);
+    return 1;
 }
 
 /* ---- linear ---- */
@@ -68,18 +90,14 @@ static int linear_supported(const tide_weight *w) {
 static int linear_plain_gpu(tide_cuda_ops_ctx *cx, const tide_weight *w, const float *x, int64_t rows, float *y,
                             int flags, tide_status *st) {
     int bf16 = w->type == TIDE_W_BF16;
-    size_t wb = cxo_bytes(w->out, w->in, bf16 ? 2 : 4);
-    const void *dw;
-    if (cxo_weight(cx, w->data, wb, &dw, st) != 0) return -1;
-    size_t xb = cxo_bytes(rows, w->in, 4), yb = cxo_bytes(rows, w->out, 4);
-    if (cxo_arena_begin(cx, cxo_al(xb) + cxo_al(yb), st) != 0) return -1;
-    float *dx = cxo_take(cx, xb, st), *dy = cxo_take(cx, yb, st);
-    if (!dx || !dy) return -1;
-    if (cxo_up(cx, dx, x, xb, st) != 0) return -1;
+    cxo_arg a[] = {{w->data, cxo_bytes(w->out, w->in, bf16 ? 2 : 4), CXO_W, 0},
+                   {x, cxo_bytes(rows, w->in, 4), CXO_IN, 0},
+                   {y, cxo_bytes(rows, w->out, 4), CXO_OUT, 0}};
+    if (cxo_dev(cx, a, 3, 0, NULL, st) != 0) return -1;
     int kf = (flags & TIDE_LIN_BF16_OUT) ? TIDE_CUDA_LIN_BF16_OUT : 0;
-    int rc = tide_cuda_linear_f32(dw, bf16, w->out, w->in, dx, rows, dy, kf, NULL, st);
+    int rc = tide_cuda_linear_f32(a[0].d, bf16, w->out, w->in, a[1].d, rows, a[2].d, kf, NULL, st);
     if (cxo_launched(cx, rc) != 0) return -1;
-    return cxo_down(cx, y, dy, yb, st);
+    return cxo_dev_done(cx, a, 3, st);
 }
 
 /* Activation quantised on the GPU (bit-identical to the CPU's), then, in
@@ -90,25 +108,22 @@ static int linear_plain_gpu(tide_cuda_ops_ctx *cx, const tide_weight *w, const f
  * steps later (gpu_test_model small/ref, seed 117712416801206); the fast
  * mode uses the mma.sync one (the wgmma path differs by a bf16 step on 1-4%
  * of outputs, docs/gpu.md). (The GEMM picks its own tile: the skinny one
- * for <= 16 rows.) */
+ * for <= 16 rows.) The bf16 result is widened to f32 on the device. */
 static int linear_gpu(tide_cuda_ops_ctx *cx, const tide_weight *w, const float *x, int64_t rows, float *y,
                       tide_status *st) {
     int64_t in = w->in, out = w->out, nbk = in / 32;
     int fp8 = w->type == TIDE_W_FP8;
     size_t wb = fp8 ? cxo_bytes(out, in, 1) : cxo_bytes(out, in / 2, 1);
     size_t sb = fp8 ? cxo_bytes((out + 31) / 32, nbk, 1) : cxo_bytes(out, nbk, 1);
-    const void *dw, *ds;
-    if (cxo_weight(cx, w->data, wb, &dw, st) != 0 || cxo_weight(cx, w->scale, sb, &ds, st) != 0) return -1;
-    size_t xb = cxo_bytes(rows, in, sizeof(float)), qb = cxo_bytes(rows, in, 1);
-    size_t xsb = cxo_bytes(rows, nbk, 1), yb = cxo_bytes(rows, out, sizeof(uint16_t));
-    if (cxo_arena_begin(cx, cxo_al(xb) + cxo_al(qb) + cxo_al(xsb) + cxo_al(yb), st) != 0) return -1;
-    float *dx = cxo_take(cx, xb, st);
-    uint8_t *dq = cxo_take(cx, qb, st), *dxs = cxo_take(cx, xsb, st);
-    uint16_t *dy = cxo_take(cx, yb, st);
-    uint16_t *hy = cxo_host(cx, HB_STAGE, yb, st);
-    if (!dx || !dq || !dxs || !dy || !hy) return -1;
-    if (cxo_up(cx, dx, x, xb, st) != 0) return -1;
-    if (cxo_launched(cx, tide_cuda_quant_fp8_act(dx, rows, in, dq, dxs, NULL, st)) != 0) return -1;
+    size_t qb = cxo_bytes(rows, in, 1), xsb = cxo_bytes(rows, nbk, 1), yb = cxo_bytes(rows, out, sizeof(uint16_t));
+    cxo_arg a[] = {{w->data, wb, CXO_W, 0}, {w->scale, sb, CXO_W, 0}, {x, cxo_bytes(rows, in, 4), CXO_IN, 0},
+                   {y, cxo_bytes(rows, out, 4), CXO_OUT, 0}};
+    void *scr = NULL;
+    if (cxo_dev(cx, a, 4, cxo_al(qb) + cxo_al(xsb) + cxo_al(yb), &scr, st) != 0) return -1;
+    uint8_t *dq = scr, *dxs = dq + cxo_al(qb);
+    uint16_t *dy = (uint16_t *)(dxs + cxo_al(xsb));
+    const uint8_t *dw = a[0].d, *ds = a[1].d;
+    if (cxo_launched(cx, tide_cuda_quant_fp8_act(a[2].d, rows, in, dq, dxs, NULL, st)) != 0) return -1;
     if (cx->kernels == TIDE_CUDA_KERNELS_FAST) {
         int rc = fp8 ? tide_cuda_gemm_fp8(dq, dxs, rows, dw, ds, out, in, dy, NULL, st)
                      : tide_cuda_gemm_fp4(dq, dxs, rows, dw, ds, out, in, dy, NULL, st);
@@ -121,9 +136,9 @@ static int linear_gpu(tide_cuda_ops_ctx *cx, const tide_weight *w, const float *
             if (cxo_launched(cx, rc) != 0) return -1;
         }
     }
-    if (cxo_down(cx, hy, dy, yb, st) != 0) return -1;
-    tide_bf16_to_f32_row(hy, y, (size_t)(rows * out)); /* bf16 -> f32 is exact */
-    return 0;
+    /* bf16 -> f32 is exact */
+    if (cxo_launched(cx, tide_cuda_bf16_to_f32(dy, rows * out, a[3].d, NULL, st)) != 0) return -1;
+    return cxo_dev_done(cx, a, 4, st);
 }
 
 static void cu_linear(const tide_ops *self, tide_pool *pool, const tide_weight *w, const float *x, int64_t rows,
@@ -131,13 +146,14 @@ static void cu_linear(const tide_ops *self, tide_pool *pool, const tide_weight *
     if (rows <= 0 || w->out <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
     int op = linear_op(w->type);
+    cxo_arg io[] = {{x, F4(rows * w->in), CXO_IN, 0}, {y, F4(rows * w->out), CXO_OUT, 0}};
     if (cx && cx->failed) {
-        zero_f(y, rows * w->out);
+        cxo_zero(cx, y, F4(rows * w->out));
     } else if (!cx || !linear_supported(w)) {
-        if (cx) cx->stats.cpu_fallbacks[op]++;
-        leave(cx);
-        tide_cpu_ops()->linear(tide_cpu_ops(), pool, w, x, rows, y, flags);
-        return;
+        if (fallback(cx, op, io, 2)) {
+            tide_cpu_ops()->linear(tide_cpu_ops(), pool, w, x, rows, y, flags);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[op]++;
@@ -145,7 +161,7 @@ static void cu_linear(const tide_ops *self, tide_pool *pool, const tide_weight *
                                                                 : linear_plain_gpu(cx, w, x, rows, y, flags, &st);
         if (rc != 0) {
             cxo_fail(cx, "linear", &st);
-            zero_f(y, rows * w->out);
+            cxo_zero(cx, y, F4(rows * w->out));
         }
     }
     leave(cx);
@@ -153,40 +169,32 @@ static void cu_linear(const tide_ops *self, tide_pool *pool, const tide_weight *
 
 /* ---- rmsnorm ---- */
 
-static int rmsnorm_gpu(tide_cuda_ops_ctx *cx, const float *x, int64_t rows, int64_t dim, const float *w, double eps,
-                       float *y, tide_status *st) {
-    size_t xb = cxo_bytes(rows, dim, sizeof(float)), wb = cxo_bytes(dim, 1, sizeof(float));
-    if (cxo_arena_begin(cx, cxo_al(xb) + cxo_al(wb), st) != 0) return -1;
-    float *dx = cxo_take(cx, xb, st), *dw = cxo_take(cx, wb, st);
-    if (!dx || !dw) return -1;
-    if (cxo_up(cx, dx, x, xb, st) != 0 || cxo_up(cx, dw, w, wb, st) != 0) return -1;
-    if (cxo_launched(cx, tide_cuda_rmsnorm_f32(dx, rows, dim, dw, eps, dx, NULL, st)) != 0) return -1;
-    return cxo_down(cx, y, dx, xb, st);
-}
-
 static void cu_rmsnorm(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int64_t dim, const float *w,
                        double eps, float *y) {
     if (rows <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
+    cxo_arg a[] = {{x, F4(rows * dim), CXO_IN, 0}, {w, F4(dim), CXO_W, 0}, {y, F4(rows * dim), CXO_OUT, 0}};
     if (cx && cx->failed) {
-        zero_f(y, rows * dim);
+        cxo_zero(cx, y, F4(rows * dim));
     } else if (!cx || dim < 1 || dim > TIDE_CUDA_RMSNORM_MAX_DIM) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_RMSNORM]++;
-        leave(cx);
-        tide_cpu_ops()->rmsnorm(tide_cpu_ops(), pool, x, rows, dim, w, eps, y);
-        return;
+        if (fallback(cx, TIDE_CUDA_OP_RMSNORM, a, 3)) {
+            tide_cpu_ops()->rmsnorm(tide_cpu_ops(), pool, x, rows, dim, w, eps, y);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_RMSNORM]++;
-        if (rmsnorm_gpu(cx, x, rows, dim, w, eps, y, &st) != 0) {
+        if (cxo_dev(cx, a, 3, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_rmsnorm_f32(a[0].d, rows, dim, a[1].d, eps, a[2].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 3, &st) != 0) {
             cxo_fail(cx, "rmsnorm", &st);
-            zero_f(y, rows * dim);
+            cxo_zero(cx, y, F4(rows * dim));
         }
     }
     leave(cx);
 }
 
-/* ---- rope ---- */
+/* ---- rope (host arrays: the attention sub-layer's) ---- */
 
 /* The vectors lie at x + v*stride inside one span; the span is uploaded
  * whole, and only the vectors are copied back (the gaps between them are
@@ -214,13 +222,14 @@ static void cu_rope(const tide_ops *self, float *x, int64_t n_vec, int64_t strid
     /* overlapping vectors (stride < 2*n_freq) would be rotated in an order
      * the kernel does not keep: CPU */
     int ok = n_vec == 1 || stride >= 2 * n_freq;
+    cxo_arg a[] = {{x, F4(2 * n_freq), CXO_INOUT, 0}};
     if (cx && cx->failed) {
         /* in place: x stays as it was */
-    } else if (!cx || !ok) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_ROPE]++;
-        leave(cx);
-        tide_cpu_ops()->rope(tide_cpu_ops(), x, n_vec, stride, n_freq, cs, inverse);
-        return;
+    } else if (!cx || !ok || cxo_any_resident(cx, a, 1)) {
+        if (fallback(cx, TIDE_CUDA_OP_ROPE, a, 1)) {
+            tide_cpu_ops()->rope(tide_cpu_ops(), x, n_vec, stride, n_freq, cs, inverse);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_ROPE]++;
@@ -234,153 +243,125 @@ static void cu_rope(const tide_ops *self, float *x, int64_t n_vec, int64_t strid
 
 static int hc_ok(int hc, int64_t dim) { return hc >= 1 && hc <= TIDE_CUDA_HC_MAX && dim >= 1; }
 
-static int hc_mixes_gpu(tide_cuda_ops_ctx *cx, const float *x, int64_t rows, int hc, int64_t dim, const float *fn,
-                        const float *scale, const float *base, double norm_eps, int iters, double hc_eps, float *pre,
-                        float *post, float *comb, tide_status *st) {
-    int64_t n = hc * dim, nm = (2 + hc) * hc;
-    size_t xb = cxo_bytes(rows, n, 4), fb = cxo_bytes(nm, n, 4), scb = 3 * 4, bb = cxo_bytes(nm, 1, 4);
-    size_t pb = cxo_bytes(rows, hc, 4), cb = cxo_bytes(rows, (int64_t)hc * hc, 4);
-    int fast = cx->kernels == TIDE_CUDA_KERNELS_FAST;
-    size_t wsb = fast ? tide_cuda_hc_mixes_fast_workspace(rows, hc, dim) : 0;
-    size_t need = cxo_al(xb) + cxo_al(fb) + cxo_al(scb) + cxo_al(bb) + 2 * cxo_al(pb) + cxo_al(cb) + cxo_al(wsb);
-    if (cxo_arena_begin(cx, need, st) != 0) return -1;
-    float *dx = cxo_take(cx, xb, st), *dfn = cxo_take(cx, fb, st), *dsc = cxo_take(cx, scb, st);
-    float *dbase = cxo_take(cx, bb, st), *dpre = cxo_take(cx, pb, st), *dpost = cxo_take(cx, pb, st);
-    float *dcomb = cxo_take(cx, cb, st);
-    void *dws = fast ? cxo_take(cx, wsb, st) : NULL;
-    if (!dx || !dfn || !dsc || !dbase || !dpre || !dpost || !dcomb || (fast && !dws)) return -1;
-    if (cxo_up(cx, dx, x, xb, st) != 0 || cxo_up(cx, dfn, fn, fb, st) != 0 || cxo_up(cx, dsc, scale, scb, st) != 0 ||
-        cxo_up(cx, dbase, base, bb, st) != 0)
-        return -1;
-    int rc = fast ? tide_cuda_hc_mixes_fast(dx, rows, hc, dim, dfn, dsc, dbase, norm_eps, iters, hc_eps, dpre, dpost,
-                                            dcomb, dws, wsb, NULL, st)
-                  : tide_cuda_hc_mixes(dx, rows, hc, dim, dfn, dsc, dbase, norm_eps, iters, hc_eps, dpre, dpost,
-                                       dcomb, NULL, st);
-    if (cxo_launched(cx, rc) != 0) return -1;
-    if (cxo_down(cx, pre, dpre, pb, st) != 0 || cxo_down(cx, post, dpost, pb, st) != 0) return -1;
-    return cxo_down(cx, comb, dcomb, cb, st);
-}
-
 static void cu_hc_mixes(const tide_ops *self, tide_pool *pool, const float *x, int64_t rows, int hc, int64_t dim,
                         const float *fn, const float *scale, const float *base, double norm_eps, int iters,
                         double hc_eps, float *pre, float *post, float *comb) {
     if (rows <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
+    int64_t n = hc * dim, nm = (2 + hc) * hc;
     int ok = hc_ok(hc, dim) && (int64_t)hc * dim <= TIDE_CUDA_HC_MAX_N && iters >= 0;
+    cxo_arg a[] = {{x, F4(rows * n), CXO_IN, 0},      {fn, F4(nm * n), CXO_W, 0},
+                   {scale, F4(3), CXO_W, 0},           {base, F4(nm), CXO_W, 0},
+                   {pre, F4(rows * hc), CXO_OUT, 0},   {post, F4(rows * hc), CXO_OUT, 0},
+                   {comb, F4(rows * hc * hc), CXO_OUT, 0}};
     if (cx && cx->failed) {
-        zero_f(pre, rows * hc);
-        zero_f(post, rows * hc);
-        zero_f(comb, rows * hc * hc);
+        cxo_zero(cx, pre, a[4].bytes);
+        cxo_zero(cx, post, a[5].bytes);
+        cxo_zero(cx, comb, a[6].bytes);
     } else if (!cx || !ok) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_HC_MIXES]++;
-        leave(cx);
-        tide_cpu_ops()->hc_mixes(tide_cpu_ops(), pool, x, rows, hc, dim, fn, scale, base, norm_eps, iters, hc_eps, pre,
-                                 post, comb);
-        return;
+        if (fallback(cx, TIDE_CUDA_OP_HC_MIXES, a, 7)) {
+            tide_cpu_ops()->hc_mixes(tide_cpu_ops(), pool, x, rows, hc, dim, fn, scale, base, norm_eps, iters, hc_eps,
+                                     pre, post, comb);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_HC_MIXES]++;
-        if (hc_mixes_gpu(cx, x, rows, hc, dim, fn, scale, base, norm_eps, iters, hc_eps, pre, post, comb, &st) != 0) {
+        int fast = cx->kernels == TIDE_CUDA_KERNELS_FAST;
+        size_t wsb = fast ? tide_cuda_hc_mixes_fast_workspace(rows, hc, dim) : 0;
+        void *ws = NULL;
+        int rc = cxo_dev(cx, a, 7, wsb, fast ? &ws : NULL, &st);
+        if (rc == 0)
+            rc = cxo_launched(
+                cx, fast ? tide_cuda_hc_mixes_fast(a[0].d, rows, hc, dim, a[1].d, a[2].d, a[3].d, norm_eps, iters,
+                                                   hc_eps, a[4].d, a[5].d, a[6].d, ws, wsb, NULL, &st)
+                         : tide_cuda_hc_mixes(a[0].d, rows, hc, dim, a[1].d, a[2].d, a[3].d, norm_eps, iters, hc_eps,
+                                              a[4].d, a[5].d, a[6].d, NULL, &st));
+        if (rc == 0) rc = cxo_dev_done(cx, a, 7, &st);
+        if (rc != 0) {
             cxo_fail(cx, "hc_mixes", &st);
-            zero_f(pre, rows * hc);
-            zero_f(post, rows * hc);
-            zero_f(comb, rows * hc * hc);
+            cxo_zero(cx, pre, a[4].bytes);
+            cxo_zero(cx, post, a[5].bytes);
+            cxo_zero(cx, comb, a[6].bytes);
         }
     }
     leave(cx);
-}
-
-static int hc_pre_gpu(tide_cuda_ops_ctx *cx, const float *x, int64_t rows, int hc, int64_t dim, const float *pre,
-                      float *y, tide_status *st) {
-    size_t xb = cxo_bytes(rows, hc * dim, 4), pb = cxo_bytes(rows, hc, 4), yb = cxo_bytes(rows, dim, 4);
-    if (cxo_arena_begin(cx, cxo_al(xb) + cxo_al(pb) + cxo_al(yb), st) != 0) return -1;
-    float *dx = cxo_take(cx, xb, st), *dpre = cxo_take(cx, pb, st), *dy = cxo_take(cx, yb, st);
-    if (!dx || !dpre || !dy) return -1;
-    if (cxo_up(cx, dx, x, xb, st) != 0 || cxo_up(cx, dpre, pre, pb, st) != 0) return -1;
-    if (cxo_launched(cx, tide_cuda_hc_pre(dx, rows, hc, dim, dpre, dy, NULL, st)) != 0) return -1;
-    return cxo_down(cx, y, dy, yb, st);
 }
 
 static void cu_hc_pre(const tide_ops *self, const float *x, int64_t rows, int hc, int64_t dim, const float *pre,
                       float *y) {
     if (rows <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
+    cxo_arg a[] = {{x, F4(rows * hc * dim), CXO_IN, 0}, {pre, F4(rows * hc), CXO_IN, 0},
+                   {y, F4(rows * dim), CXO_OUT, 0}};
     if (cx && cx->failed) {
-        zero_f(y, rows * dim);
+        cxo_zero(cx, y, a[2].bytes);
     } else if (!cx || !hc_ok(hc, dim)) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_HC_PRE]++;
-        leave(cx);
-        tide_cpu_ops()->hc_pre(tide_cpu_ops(), x, rows, hc, dim, pre, y);
-        return;
+        if (fallback(cx, TIDE_CUDA_OP_HC_PRE, a, 3)) {
+            tide_cpu_ops()->hc_pre(tide_cpu_ops(), x, rows, hc, dim, pre, y);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_HC_PRE]++;
-        if (hc_pre_gpu(cx, x, rows, hc, dim, pre, y, &st) != 0) {
+        if (cxo_dev(cx, a, 3, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_hc_pre(a[0].d, rows, hc, dim, a[1].d, a[2].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 3, &st) != 0) {
             cxo_fail(cx, "hc_pre", &st);
-            zero_f(y, rows * dim);
+            cxo_zero(cx, y, a[2].bytes);
         }
     }
     leave(cx);
-}
-
-static int hc_post_gpu(tide_cuda_ops_ctx *cx, const float *y, const float *res, int64_t rows, int hc, int64_t dim,
-                       const float *post, const float *comb, float *out, tide_status *st) {
-    size_t yb = cxo_bytes(rows, dim, 4), rb = cxo_bytes(rows, hc * dim, 4), pb = cxo_bytes(rows, hc, 4);
-    size_t cb = cxo_bytes(rows, (int64_t)hc * hc, 4);
-    size_t need = cxo_al(yb) + 2 * cxo_al(rb) + cxo_al(pb) + cxo_al(cb);
-    if (cxo_arena_begin(cx, need, st) != 0) return -1;
-    float *dy = cxo_take(cx, yb, st), *dres = cxo_take(cx, rb, st), *dpost = cxo_take(cx, pb, st);
-    float *dcomb = cxo_take(cx, cb, st), *dout = cxo_take(cx, rb, st);
-    if (!dy || !dres || !dpost || !dcomb || !dout) return -1;
-    if (cxo_up(cx, dy, y, yb, st) != 0 || cxo_up(cx, dres, res, rb, st) != 0 || cxo_up(cx, dpost, post, pb, st) != 0 ||
-        cxo_up(cx, dcomb, comb, cb, st) != 0)
-        return -1;
-    int rc = tide_cuda_hc_post(dy, dres, rows, hc, dim, dpost, dcomb, dout, NULL, st);
-    if (cxo_launched(cx, rc) != 0) return -1;
-    return cxo_down(cx, out, dout, rb, st);
 }
 
 static void cu_hc_post(const tide_ops *self, const float *y, const float *res, int64_t rows, int hc, int64_t dim,
                        const float *post, const float *comb, float *out) {
     if (rows <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
+    cxo_arg a[] = {{y, F4(rows * dim), CXO_IN, 0},        {res, F4(rows * hc * dim), CXO_IN, 0},
+                   {post, F4(rows * hc), CXO_IN, 0},      {comb, F4(rows * hc * hc), CXO_IN, 0},
+                   {out, F4(rows * hc * dim), CXO_OUT, 0}};
     if (cx && cx->failed) {
-        zero_f(out, rows * hc * dim);
+        cxo_zero(cx, out, a[4].bytes);
     } else if (!cx || !hc_ok(hc, dim)) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_HC_POST]++;
-        leave(cx);
-        tide_cpu_ops()->hc_post(tide_cpu_ops(), y, res, rows, hc, dim, post, comb, out);
-        return;
+        if (fallback(cx, TIDE_CUDA_OP_HC_POST, a, 5)) {
+            tide_cpu_ops()->hc_post(tide_cpu_ops(), y, res, rows, hc, dim, post, comb, out);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_HC_POST]++;
-        if (hc_post_gpu(cx, y, res, rows, hc, dim, post, comb, out, &st) != 0) {
+        if (cxo_dev(cx, a, 5, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_hc_post(a[0].d, a[1].d, rows, hc, dim, a[2].d, a[3].d, a[4].d, NULL, &st)) !=
+                0 ||
+            cxo_dev_done(cx, a, 5, &st) != 0) {
             cxo_fail(cx, "hc_post", &st);
-            zero_f(out, rows * hc * dim);
+            cxo_zero(cx, out, a[4].bytes);
         }
     }
     leave(cx);
 }
 
-/* ---- sparse attention (the gather: cuda_ops_attn.c) ---- */
+/* ---- sparse attention (the gather: cuda_ops_attn.c; host arrays) ---- */
 
 static void cu_sparse_attn(const tide_ops *self, tide_pool *pool, const float *q, int64_t rows, int heads, int64_t dim,
                            const tide_attn_row *idx, const float *sink, float scale, float *out) {
     if (rows <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
+    cxo_arg a[] = {{q, F4(rows * heads * dim), CXO_IN, 0}, {out, F4(rows * heads * dim), CXO_OUT, 0}};
     if (cx && cx->failed) {
-        zero_f(out, rows * heads * dim);
-    } else if (!cx || !cxo_attn_supported(rows, heads, dim, idx)) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_SPARSE_ATTN]++;
-        leave(cx);
-        tide_cpu_ops()->sparse_attn(tide_cpu_ops(), pool, q, rows, heads, dim, idx, sink, scale, out);
-        return;
+        cxo_zero(cx, out, a[1].bytes);
+    } else if (!cx || !cxo_attn_supported(rows, heads, dim, idx) || cxo_any_resident(cx, a, 2)) {
+        if (fallback(cx, TIDE_CUDA_OP_SPARSE_ATTN, a, 2)) {
+            tide_cpu_ops()->sparse_attn(tide_cpu_ops(), pool, q, rows, heads, dim, idx, sink, scale, out);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_SPARSE_ATTN]++;
         if (cxo_attn_run(cx, q, rows, heads, dim, idx, sink, scale, out, &st) != 0) {
             cxo_fail(cx, "sparse_attn", &st);
-            zero_f(out, rows * heads * dim);
+            cxo_zero(cx, out, a[1].bytes);
         }
     }
     leave(cx);
@@ -388,55 +369,37 @@ static void cu_sparse_attn(const tide_ops *self, tide_pool *pool, const float *q
 
 /* ---- indexer ---- */
 
-static int index_scores_gpu(tide_cuda_ops_ctx *cx, const float *q, int heads, int64_t d, const float *w,
-                            const float *keys, int64_t n, float *score, tide_status *st) {
-    size_t qb = cxo_bytes(heads, d, 4), wb = cxo_bytes(heads, 1, 4), kb = cxo_bytes(n, d, 4);
-    size_t sb = cxo_bytes(n, 1, 4);
-    if (cxo_arena_begin(cx, cxo_al(qb) + cxo_al(wb) + cxo_al(kb) + cxo_al(sb), st) != 0) return -1;
-    float *dq = cxo_take(cx, qb, st), *dw = cxo_take(cx, wb, st), *dk = cxo_take(cx, kb, st);
-    float *ds = cxo_take(cx, sb, st);
-    if (!dq || !dw || !dk || !ds) return -1;
-    if (cxo_up(cx, dq, q, qb, st) != 0 || cxo_up(cx, dw, w, wb, st) != 0 || cxo_up(cx, dk, keys, kb, st) != 0)
-        return -1;
-    int rc = cx->kernels == TIDE_CUDA_KERNELS_FAST
-                 ? tide_cuda_index_scores_fast(dq, 1, heads, d, dw, dk, n, 1, 0, ds, NULL, st)
-                 : tide_cuda_index_scores(dq, 1, heads, d, dw, dk, n, ds, NULL, st);
-    if (cxo_launched(cx, rc) != 0) return -1;
-    return cxo_down(cx, score, ds, sb, st);
-}
-
 static void cu_index_scores(const tide_ops *self, const float *q, int heads, int64_t d, const float *w,
                             const float *keys, int64_t n, float *score) {
     if (n <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
     int ok = heads >= 1 && heads <= 4096 && d >= 1 && n <= INT32_MAX;
+    cxo_arg a[] = {{q, F4(heads * d), CXO_IN, 0}, {w, F4(heads), CXO_IN, 0}, {keys, F4(n * d), CXO_IN, 0},
+                   {score, F4(n), CXO_OUT, 0}};
     if (cx && cx->failed) {
-        zero_f(score, n);
+        cxo_zero(cx, score, a[3].bytes);
     } else if (!cx || !ok) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_INDEX_SCORES]++;
-        leave(cx);
-        tide_cpu_ops()->index_scores(tide_cpu_ops(), q, heads, d, w, keys, n, score);
-        return;
+        if (fallback(cx, TIDE_CUDA_OP_INDEX_SCORES, a, 4)) {
+            tide_cpu_ops()->index_scores(tide_cpu_ops(), q, heads, d, w, keys, n, score);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_INDEX_SCORES]++;
-        if (index_scores_gpu(cx, q, heads, d, w, keys, n, score, &st) != 0) {
+        int rc = cxo_dev(cx, a, 4, 0, NULL, &st);
+        if (rc == 0)
+            rc = cxo_launched(cx, cx->kernels == TIDE_CUDA_KERNELS_FAST
+                                      ? tide_cuda_index_scores_fast(a[0].d, 1, heads, d, a[1].d, a[2].d, n, 1, 0,
+                                                                    a[3].d, NULL, &st)
+                                      : tide_cuda_index_scores(a[0].d, 1, heads, d, a[1].d, a[2].d, n, a[3].d, NULL,
+                                                               &st));
+        if (rc == 0) rc = cxo_dev_done(cx, a, 4, &st);
+        if (rc != 0) {
             cxo_fail(cx, "index_scores", &st);
-            zero_f(score, n);
+            cxo_zero(cx, score, a[3].bytes);
         }
     }
     leave(cx);
-}
-
-static int topk_gpu(tide_cuda_ops_ctx *cx, const float *score, int64_t n, int k, int32_t *out, tide_status *st) {
-    size_t sb = cxo_bytes(n, 1, 4), ob = cxo_bytes(k, 1, 4);
-    if (cxo_arena_begin(cx, cxo_al(sb) + cxo_al(ob), st) != 0) return -1;
-    float *ds = cxo_take(cx, sb, st);
-    int32_t *dout = cxo_take(cx, ob, st);
-    if (!ds || !dout) return -1;
-    if (cxo_up(cx, ds, score, sb, st) != 0) return -1;
-    if (cxo_launched(cx, tide_cuda_topk_sorted(ds, 1, n, k, dout, NULL, st)) != 0) return -1;
-    return cxo_down(cx, out, dout, ob, st);
 }
 
 static int has_nan(const float *x, int64_t n) {
@@ -445,23 +408,27 @@ static int has_nan(const float *x, int64_t n) {
     return 0;
 }
 
+/* score and out are host arrays (the indexer's): the NaN check reads them */
 static int cu_topk_sorted(const tide_ops *self, const float *score, int64_t n, int k, int32_t *out, int32_t *scratch) {
     if (k > n) k = (int)n;
     if (k <= 0) return 0;
     tide_cuda_ops_ctx *cx = enter(self);
     int got = k;
+    cxo_arg a[] = {{score, F4(n), CXO_IN, 0}, {out, cxo_bytes(k, 1, 4), CXO_OUT, 0}};
     /* the kernel's order keys assume no NaN; the CPU's comparison rule
      * decides NaN cases */
     if (cx && cx->failed) {
         got = 0;
-    } else if (!cx || n > INT32_MAX || has_nan(score, n)) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_TOPK]++;
-        leave(cx);
-        return tide_cpu_ops()->topk_sorted(tide_cpu_ops(), score, n, k, out, scratch);
+    } else if (!cx || n > INT32_MAX || cxo_any_resident(cx, a, 2) || has_nan(score, n)) {
+        if (fallback(cx, TIDE_CUDA_OP_TOPK, a, 2))
+            return tide_cpu_ops()->topk_sorted(tide_cpu_ops(), score, n, k, out, scratch);
+        got = 0;
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_TOPK]++;
-        if (topk_gpu(cx, score, n, k, out, &st) != 0) {
+        if (cxo_dev(cx, a, 2, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_topk_sorted(a[0].d, 1, n, k, a[1].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 2, &st) != 0) {
             cxo_fail(cx, "topk_sorted", &st);
             got = 0;
         }
@@ -470,22 +437,7 @@ static int cu_topk_sorted(const tide_ops *self, const float *score, int64_t n, i
     return got;
 }
 
-/* ---- MoE routing ---- */
-
-static int moe_gpu(tide_cuda_ops_ctx *cx, const float *logits, int64_t rows, int n_experts, int k, int func,
-                   const float *bias, int norm, float route_scale, int32_t *idx, float *w, tide_status *st) {
-    size_t lb = cxo_bytes(rows, n_experts, 4), bb = bias ? cxo_bytes(n_experts, 1, 4) : 0;
-    size_t ob = cxo_bytes(rows, k, 4);
-    if (cxo_arena_begin(cx, cxo_al(lb) + cxo_al(bb) + 2 * cxo_al(ob), st) != 0) return -1;
-    float *dl = cxo_take(cx, lb, st), *db = cxo_take(cx, bb, st), *dw = cxo_take(cx, ob, st);
-    int32_t *di = cxo_take(cx, ob, st);
-    if (!dl || !db || !dw || !di) return -1;
-    if (cxo_up(cx, dl, logits, lb, st) != 0 || (bias && cxo_up(cx, db, bias, bb, st) != 0)) return -1;
-    int rc = tide_cuda_moe_route(dl, rows, n_experts, k, func, bias ? db : NULL, norm, route_scale, di, dw, NULL, st);
-    if (cxo_launched(cx, rc) != 0) return -1;
-    if (cxo_down(cx, idx, di, ob, st) != 0) return -1;
-    return cxo_down(cx, w, dw, ob, st);
-}
+/* ---- MoE routing (idx and w: the host's, which groups rows by expert) ---- */
 
 /* After a failure: distinct valid experts, no weight. */
 static void moe_defined(int64_t rows, int n_experts, int k, int32_t *idx, float *w) {
@@ -501,17 +453,29 @@ static void cu_moe_route(const tide_ops *self, const float *logits, int64_t rows
     if (rows <= 0 || k <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
     int ok = k <= 64 && k <= n_experts && n_experts <= TIDE_CUDA_MOE_MAX_EXPERTS && func >= 0 && func <= 2;
-    if (cx && cx->failed) {
+    cxo_arg a[] = {{logits, F4(rows * n_experts), CXO_IN, 0}, {bias, F4(n_experts), CXO_W, 0},
+                   {idx, cxo_bytes(rows, k, 4), CXO_OUT, 0}, {w, F4(rows * k), CXO_OUT, 0}};
+    if (cx && (cx->failed || cxo_any_resident(cx, a + 2, 2))) {
+        if (!cx->failed) { /* the outputs must be host arrays */
+            tide_status st = {0};
+            tide_fail(&st, TIDE_ERR_INVALID, "the expert ids and weights must be host arrays");
+            cxo_fail(cx, "moe_route", &st);
+        }
         moe_defined(rows, n_experts, k, idx, w);
     } else if (!cx || !ok) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_MOE_ROUTE]++;
-        leave(cx);
-        tide_cpu_ops()->moe_route(tide_cpu_ops(), logits, rows, n_experts, k, func, bias, norm, route_scale, idx, w);
-        return;
+        if (fallback(cx, TIDE_CUDA_OP_MOE_ROUTE, a, 4)) {
+            tide_cpu_ops()->moe_route(tide_cpu_ops(), logits, rows, n_experts, k, func, bias, norm, route_scale, idx,
+                                      w);
+            return;
+        }
+        moe_defined(rows, n_experts, k, idx, w);
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_MOE_ROUTE]++;
-        if (moe_gpu(cx, logits, rows, n_experts, k, func, bias, norm, route_scale, idx, w, &st) != 0) {
+        if (cxo_dev(cx, a, 4, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_moe_route(a[0].d, rows, n_experts, k, func, a[1].d, norm, route_scale, a[2].d,
+                                                 a[3].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 4, &st) != 0) {
             cxo_fail(cx, "moe_route", &st);
             moe_defined(rows, n_experts, k, idx, w);
         }
@@ -521,51 +485,28 @@ static void cu_moe_route(const tide_ops *self, const float *logits, int64_t rows
 
 /* ---- elementwise: swiglu, engram_mix, compress_pool ---- */
 
-static int swiglu_gpu(tide_cuda_ops_ctx *cx, const float *g, const float *u, int64_t rows, int64_t n, double limit,
-                      const float *weight, float *h, tide_status *st) {
-    size_t xb = cxo_bytes(rows, n, 4), wb = weight ? cxo_bytes(rows, 1, 4) : 0;
-    if (cxo_arena_begin(cx, 2 * cxo_al(xb) + cxo_al(wb), st) != 0) return -1;
-    float *dg = cxo_take(cx, xb, st), *du = cxo_take(cx, xb, st), *dw = cxo_take(cx, wb, st);
-    if (!dg || !du || !dw) return -1;
-    if (cxo_up(cx, dg, g, xb, st) != 0 || cxo_up(cx, du, u, xb, st) != 0 ||
-        (weight && cxo_up(cx, dw, weight, wb, st) != 0))
-        return -1;
-    int rc = tide_cuda_swiglu(dg, du, rows, n, limit, weight ? dw : NULL, dg, NULL, st); /* h over g */
-    if (cxo_launched(cx, rc) != 0) return -1;
-    return cxo_down(cx, h, dg, xb, st);
-}
-
 static void cu_swiglu(const tide_ops *self, const float *g, const float *u, int64_t rows, int64_t n, double limit,
                       const float *weight, float *h) {
     if (rows <= 0 || n <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
+    cxo_arg a[] = {{g, F4(rows * n), CXO_IN, 0}, {u, F4(rows * n), CXO_IN, 0}, {weight, F4(rows), CXO_IN, 0},
+                   {h, F4(rows * n), CXO_OUT, 0}};
     if (cx && cx->failed) {
-        zero_f(h, rows * n);
+        cxo_zero(cx, h, a[3].bytes);
     } else if (!cx) {
-        leave(cx);
         tide_cpu_ops()->swiglu(tide_cpu_ops(), g, u, rows, n, limit, weight, h);
         return;
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_SWIGLU]++;
-        if (swiglu_gpu(cx, g, u, rows, n, limit, weight, h, &st) != 0) {
+        if (cxo_dev(cx, a, 4, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_swiglu(a[0].d, a[1].d, rows, n, limit, a[2].d, a[3].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 4, &st) != 0) {
             cxo_fail(cx, "swiglu", &st);
-            zero_f(h, rows * n);
+            cxo_zero(cx, h, a[3].bytes);
         }
     }
     leave(cx);
-}
-
-static int engram_gpu(tide_cuda_ops_ctx *cx, const float *kv, const float *w, int64_t rows, int hc, int64_t dim,
-                      double eps, float *x, tide_status *st) {
-    size_t kb = cxo_bytes(rows, (hc + 1) * dim, 4), wb = cxo_bytes(hc, dim, 4), xb = cxo_bytes(rows, hc * dim, 4);
-    if (cxo_arena_begin(cx, cxo_al(kb) + cxo_al(wb) + cxo_al(xb), st) != 0) return -1;
-    float *dkv = cxo_take(cx, kb, st), *dw = cxo_take(cx, wb, st), *dx = cxo_take(cx, xb, st);
-    if (!dkv || !dw || !dx) return -1;
-    if (cxo_up(cx, dkv, kv, kb, st) != 0 || cxo_up(cx, dw, w, wb, st) != 0 || cxo_up(cx, dx, x, xb, st) != 0)
-        return -1;
-    if (cxo_launched(cx, tide_cuda_engram_mix(dkv, dw, rows, hc, dim, eps, dx, NULL, st)) != 0) return -1;
-    return cxo_down(cx, x, dx, xb, st);
 }
 
 static void cu_engram_mix(const tide_ops *self, const float *kv, const float *w, int64_t rows, int hc, int64_t dim,
@@ -573,30 +514,24 @@ static void cu_engram_mix(const tide_ops *self, const float *kv, const float *w,
     if (rows <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
     int ok = hc >= 1 && dim >= 1 && dim <= TIDE_CUDA_ENGRAM_MAX_DIM && rows * hc <= INT32_MAX;
+    cxo_arg a[] = {{kv, F4(rows * (hc + 1) * dim), CXO_IN, 0}, {w, F4(hc * dim), CXO_W, 0},
+                   {x, F4(rows * hc * dim), CXO_INOUT, 0}};
     if (cx && cx->failed) {
         /* in place: x stays as it was */
     } else if (!cx || !ok) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_ENGRAM_MIX]++;
-        leave(cx);
-        tide_cpu_ops()->engram_mix(tide_cpu_ops(), kv, w, rows, hc, dim, eps, x);
-        return;
+        if (fallback(cx, TIDE_CUDA_OP_ENGRAM_MIX, a, 3)) {
+            tide_cpu_ops()->engram_mix(tide_cpu_ops(), kv, w, rows, hc, dim, eps, x);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_ENGRAM_MIX]++;
-        if (engram_gpu(cx, kv, w, rows, hc, dim, eps, x, &st) != 0) cxo_fail(cx, "engram_mix", &st);
+        if (cxo_dev(cx, a, 3, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_engram_mix(a[0].d, a[1].d, rows, hc, dim, eps, a[2].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 3, &st) != 0)
+            cxo_fail(cx, "engram_mix", &st);
     }
     leave(cx);
-}
-
-static int pool_gpu(tide_cuda_ops_ctx *cx, const float *kv, const float *score, int r, int64_t dim, float *out,
-                    tide_status *st) {
-    size_t ib = cxo_bytes(r, dim, 4), ob = cxo_bytes(dim, 1, 4);
-    if (cxo_arena_begin(cx, 2 * cxo_al(ib) + cxo_al(ob), st) != 0) return -1;
-    float *dkv = cxo_take(cx, ib, st), *dsc = cxo_take(cx, ib, st), *dout = cxo_take(cx, ob, st);
-    if (!dkv || !dsc || !dout) return -1;
-    if (cxo_up(cx, dkv, kv, ib, st) != 0 || cxo_up(cx, dsc, score, ib, st) != 0) return -1;
-    if (cxo_launched(cx, tide_cuda_compress_pool(dkv, dsc, 1, r, dim, dout, NULL, st)) != 0) return -1;
-    return cxo_down(cx, out, dout, ob, st);
 }
 
 static void cu_compress_pool(const tide_ops *self, const float *kv, const float *score, int r, int64_t dim,
@@ -604,19 +539,166 @@ static void cu_compress_pool(const tide_ops *self, const float *kv, const float 
     if (dim <= 0) return;
     tide_cuda_ops_ctx *cx = enter(self);
     int ok = r >= 1 && r <= 64; /* the kernel's range; the CPU decides the rest */
+    cxo_arg a[] = {{kv, F4(r * dim), CXO_IN, 0}, {score, F4(r * dim), CXO_IN, 0}, {out, F4(dim), CXO_OUT, 0}};
     if (cx && cx->failed) {
-        zero_f(out, dim);
+        cxo_zero(cx, out, a[2].bytes);
     } else if (!cx || !ok) {
-        if (cx) cx->stats.cpu_fallbacks[TIDE_CUDA_OP_COMPRESS_POOL]++;
-        leave(cx);
-        tide_cpu_ops()->compress_pool(tide_cpu_ops(), kv, score, r, dim, out);
-        return;
+        if (fallback(cx, TIDE_CUDA_OP_COMPRESS_POOL, a, 3)) {
+            tide_cpu_ops()->compress_pool(tide_cpu_ops(), kv, score, r, dim, out);
+            return;
+        }
     } else {
         tide_status st = {0};
         cx->stats.gpu_calls[TIDE_CUDA_OP_COMPRESS_POOL]++;
-        if (pool_gpu(cx, kv, score, r, dim, out, &st) != 0) {
+        if (cxo_dev(cx, a, 3, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_compress_pool(a[0].d, a[1].d, 1, r, dim, a[2].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 3, &st) != 0) {
             cxo_fail(cx, "compress_pool", &st);
-            zero_f(out, dim);
+            cxo_zero(cx, out, a[2].bytes);
+        }
+    }
+    leave(cx);
+}
+
+/* ---- the forward's data movement (fwd_glue.cu): index arrays are the
+ *      host's, uploaded with the op ---- */
+
+static void cu_embed(const tide_ops *self, const tide_weight *table, const int32_t *ids, int64_t rows, int hc,
+                     float *h) {
+    if (rows <= 0) return;
+    tide_cuda_ops_ctx *cx = enter(self);
+    int bf16 = table->type == TIDE_W_BF16;
+    int ok = table->type == TIDE_W_F32 || bf16;
+    cxo_arg a[] = {{table->data, cxo_bytes(table->out, table->in, bf16 ? 2 : 4), CXO_W, 0},
+                   {ids, cxo_bytes(rows, 1, 4), CXO_IN, 0}, {h, F4(rows * hc * table->in), CXO_OUT, 0}};
+    if (cx && cx->failed) {
+        cxo_zero(cx, h, a[2].bytes);
+    } else if (!cx || !ok) {
+        if (fallback(cx, TIDE_CUDA_OP_EMBED, a, 3)) {
+            tide_cpu_ops()->embed(tide_cpu_ops(), table, ids, rows, hc, h);
+            return;
+        }
+    } else {
+        tide_status st = {0};
+        cx->stats.gpu_calls[TIDE_CUDA_OP_EMBED]++;
+        if (cxo_dev(cx, a, 3, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_embed(a[0].d, bf16, table->in, a[1].d, rows, hc, a[2].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 3, &st) != 0) {
+            cxo_fail(cx, "embed", &st);
+            cxo_zero(cx, h, a[2].bytes);
+        }
+    }
+    leave(cx);
+}
+
+static void cu_gather_rows(const tide_ops *self, const void *src, size_t width, const int64_t *idx, int64_t n,
+                           void *dst) {
+    if (n <= 0 || !width) return;
+    tide_cuda_ops_ctx *cx = enter(self);
+    int64_t hi = -1;
+    for (int64_t i = 0; i < n; i++) hi = idx[i] > hi ? idx[i] : hi;
+    cxo_arg a[] = {{src, cxo_bytes(hi + 1, (int64_t)width, 1), CXO_IN, 0}, {idx, cxo_bytes(n, 8, 1), CXO_IN, 0},
+                   {dst, cxo_bytes(n, (int64_t)width, 1), CXO_OUT, 0}};
+    if (cx && cx->failed) {
+        cxo_zero(cx, dst, a[2].bytes);
+    } else if (!cx) {
+        tide_cpu_ops()->gather_rows(tide_cpu_ops(), src, width, idx, n, dst);
+        return;
+    } else {
+        tide_status st = {0};
+        cx->stats.gpu_calls[TIDE_CUDA_OP_GATHER]++;
+        if (cxo_dev(cx, a, 3, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_gather_rows(a[0].d, width, a[1].d, n, a[2].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 3, &st) != 0) {
+            cxo_fail(cx, "gather_rows", &st);
+            cxo_zero(cx, dst, a[2].bytes);
+        }
+    }
+    leave(cx);
+}
+
+static void cu_scatter_add(const tide_ops *self, const float *y, int64_t n, int64_t dim, const int64_t *idx,
+                           float *acc) {
+    if (n <= 0 || dim <= 0) return;
+    tide_cuda_ops_ctx *cx = enter(self);
+    int64_t hi = -1;
+    for (int64_t i = 0; i < n; i++) hi = idx[i] > hi ? idx[i] : hi;
+    cxo_arg a[] = {{y, F4(n * dim), CXO_IN, 0}, {idx, cxo_bytes(n, 8, 1), CXO_IN, 0},
+                   {acc, F4((hi + 1) * dim), CXO_INOUT, 0}};
+    if (cx && cx->failed) {
+        /* in place: acc stays as it was */
+    } else if (!cx) {
+        tide_cpu_ops()->scatter_add(tide_cpu_ops(), y, n, dim, idx, acc);
+        return;
+    } else {
+        tide_status st = {0};
+        cx->stats.gpu_calls[TIDE_CUDA_OP_SCATTER_ADD]++;
+        if (cxo_dev(cx, a, 3, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_scatter_add(a[0].d, n, dim, a[1].d, a[2].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 3, &st) != 0)
+            cxo_fail(cx, "scatter_add", &st);
+    }
+    leave(cx);
+}
+
+static void cu_add_bf16(const tide_ops *self, const float *x, const float *y, int64_t n, float *out) {
+    if (n <= 0) return;
+    tide_cuda_ops_ctx *cx = enter(self);
+    cxo_arg a[] = {{x, F4(n), CXO_IN, 0}, {y, F4(n), CXO_IN, 0}, {out, F4(n), CXO_OUT, 0}};
+    if (cx && cx->failed) {
+        cxo_zero(cx, out, a[2].bytes);
+    } else if (!cx) {
+        tide_cpu_ops()->add_bf16(tide_cpu_ops(), x, y, n, out);
+        return;
+    } else {
+        tide_status st = {0};
+        cx->stats.gpu_calls[TIDE_CUDA_OP_ELEMENTWISE]++;
+        if (cxo_dev(cx, a, 3, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_add_bf16(a[0].d, a[1].d, n, a[2].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 3, &st) != 0) {
+            cxo_fail(cx, "add_bf16", &st);
+            cxo_zero(cx, out, a[2].bytes);
+        }
+    }
+    leave(cx);
+}
+
+static void cu_div_scalar(const tide_ops *self, float *x, int64_t n, float s) {
+    if (n <= 0) return;
+    tide_cuda_ops_ctx *cx = enter(self);
+    cxo_arg a[] = {{x, F4(n), CXO_INOUT, 0}};
+    if (cx && cx->failed) {
+        /* in place */
+    } else if (!cx) {
+        tide_cpu_ops()->div_scalar(tide_cpu_ops(), x, n, s);
+        return;
+    } else {
+        tide_status st = {0};
+        cx->stats.gpu_calls[TIDE_CUDA_OP_ELEMENTWISE]++;
+        if (cxo_dev(cx, a, 1, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_div_scalar(a[0].d, n, s, NULL, &st)) != 0 || cxo_dev_done(cx, a, 1, &st) != 0)
+            cxo_fail(cx, "div_scalar", &st);
+    }
+    leave(cx);
+}
+
+static void cu_hc_mean(const tide_ops *self, const float *h, int64_t rows, int hc, int64_t dim, float *out) {
+    if (rows <= 0 || dim <= 0) return;
+    tide_cuda_ops_ctx *cx = enter(self);
+    cxo_arg a[] = {{h, F4(rows * hc * dim), CXO_IN, 0}, {out, F4(rows * dim), CXO_OUT, 0}};
+    if (cx && cx->failed) {
+        cxo_zero(cx, out, a[1].bytes);
+    } else if (!cx) {
+        tide_cpu_ops()->hc_mean(tide_cpu_ops(), h, rows, hc, dim, out);
+        return;
+    } else {
+        tide_status st = {0};
+        cx->stats.gpu_calls[TIDE_CUDA_OP_ELEMENTWISE]++;
+        if (cxo_dev(cx, a, 2, 0, NULL, &st) != 0 ||
+            cxo_launched(cx, tide_cuda_hc_mean(a[0].d, rows, hc, dim, a[1].d, NULL, &st)) != 0 ||
+            cxo_dev_done(cx, a, 2, &st) != 0) {
+            cxo_fail(cx, "hc_mean", &st);
+            cxo_zero(cx, out, a[1].bytes);
         }
     }
     leave(cx);
@@ -643,6 +725,18 @@ static const tide_ops cuda_table = {
     .engram_mix = cu_engram_mix,
     .moe_route = cu_moe_route,
     .compress_pool = cu_compress_pool,
+    .alloc = cxo_op_alloc,
+    .release = cxo_op_release,
+    .upload = cxo_op_upload,
+    .download = cxo_op_download,
+    .copy = cxo_op_copy,
+    .zero = cxo_op_zero,
+    .embed = cu_embed,
+    .gather_rows = cu_gather_rows,
+    .scatter_add = cu_scatter_add,
+    .add_bf16 = cu_add_bf16,
+    .div_scalar = cu_div_scalar,
+    .hc_mean = cu_hc_mean,
     .bind_weights = cxo_bind_weights,
     .error = cu_error,
 };
@@ -712,6 +806,7 @@ const char *tide_cuda_op_name(int op) {
     static const char *const names[TIDE_CUDA_OP_COUNT] = {
         "linear_fp8", "linear_fp4", "linear_f32", "linear_bf16", "rmsnorm",    "rope",      "hc_mixes",      "hc_pre",
         "hc_post",    "sparse_attn", "index_scores", "topk_sorted", "swiglu", "engram_mix", "moe_route", "compress_pool",
+        "embed",      "gather_rows", "scatter_add", "elementwise",
     };
     return op >= 0 && op < TIDE_CUDA_OP_COUNT ? names[op] : "?";
 }

@@ -61,6 +61,10 @@ typedef enum tide_cuda_op {
     TIDE_CUDA_OP_ENGRAM_MIX,
     TIDE_CUDA_OP_MOE_ROUTE,
     TIDE_CUDA_OP_COMPRESS_POOL,
+    TIDE_CUDA_OP_EMBED,
+    TIDE_CUDA_OP_GATHER,
+    TIDE_CUDA_OP_SCATTER_ADD,
+    TIDE_CUDA_OP_ELEMENTWISE, /* add_bf16, div_scalar, hc_mean */
     TIDE_CUDA_OP_COUNT
 } tide_cuda_op;
 
@@ -73,8 +77,10 @@ typedef struct tide_cuda_ops_stats {
     uint64_t weight_bytes;     /* device bytes held by the weight map */
     uint64_t weights_cached;   /* entries in the weight map */
     uint64_t weights_bound;    /* bytes bound at load (in weight_bytes too) */
-    uint64_t weight_uploads;   /* weight uploads after load (0 once bound) */
+    uint64_t weight_uploads;   /* checkpoint weight uploads after load (0 once bound) */
+    uint64_t derived_uploads;  /* model arrays made at load (f32 norms, hc tables), uploaded once on first use */
     uint64_t arena_bytes;      /* current size of the scratch arena */
+    uint64_t resident_bytes;   /* device bytes handed out by ops.h alloc (the forward's buffers) */
 } tide_cuda_ops_stats;
 
 /* Creates a context (fails with TIDE_ERR_UNSUPPORTED when there is no CUDA

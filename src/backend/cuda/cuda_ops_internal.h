@@ -8,7 +8,16 @@
  * Host staging buffers (for downloads that need conversion, and the sparse
  * attention gather) grow the same way. Weights live in a map from host
  * pointer + size to a device copy made on first use. Everything is freed by
- * tide_cuda_ops_destroy. All of it is used under the context's mutex. */
+ * tide_cuda_ops_destroy. All of it is used under the context's mutex.
+ *
+ * Device-resident arrays. ops.h alloc hands out device memory (the
+ * forward's activation buffers), recorded in a registry sorted by address.
+ * Every op that takes activations describes them as cxo_args; cxo_dev
+ * passes resident ones to the kernels as they are, finds weights in the
+ * weight map, and stages host arrays through the arena (uploading inputs);
+ * cxo_dev_done downloads the staged outputs. So an op works on host arrays
+ * (the attention sub-layer, tests) and on device buffers (the forward's
+ * dense path) alike, and copies only what is not already on the device. */
 #ifndef TIDE_BACKEND_CUDA_CUDA_OPS_INTERNAL_H
 #define TIDE_BACKEND_CUDA_CUDA_OPS_INTERNAL_H
 
@@ -16,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_ops.h"
 
 #define CXO_ALIGN 256
@@ -46,6 +56,24 @@ typedef struct {
     void *dev;
 } cxo_wslot;
 
+/* One ops.h alloc: [p, p + bytes) on the device. */
+typedef tide_cuda_span cxo_res;
+
+/* An op's array argument: the caller's pointer (host or resident), its size
+ * in bytes, how the op uses it, and (after cxo_dev) the device pointer. */
+typedef struct {
+    const void *p;
+    size_t bytes;
+    int io;
+    void *d;
+} cxo_arg;
+enum {
+    CXO_IN = 1,    /* read */
+    CXO_OUT = 2,   /* written */
+    CXO_INOUT = 3, /* both */
+    CXO_W = 4,     /* model data that lives as long as the model: the weight map */
+};
+
 /* One checkpoint tensor's bytes on the device. */
 typedef struct cxo_region {
     const char *host;
@@ -72,6 +100,8 @@ struct tide_cuda_ops_ctx {
     size_t reserve;               /* device bytes kept free at bind time */
     tide_cuda_progress_fn progress;
     void *progress_user;
+    cxo_res *res;       /* device allocations of ops.h alloc, by address */
+    size_t n_res, res_cap;
     tide_ops table;     /* this context's table: cuda_ops.c's, ctx = this */
     pthread_mutex_t mu; /* serialises the ops and the calls of cuda_ops.h */
 };
@@ -111,5 +141,30 @@ int cxo_attn_run(tide_cuda_ops_ctx *cx, const float *q, int64_t rows, int heads,
                  const tide_attn_row *idx, const float *sink, float scale, float *out, tide_status *st);
 
 void cxo_release_all(tide_cuda_ops_ctx *cx);
+
+/* 1 when [p, p + bytes) lies in one resident allocation, 0 when p is not in
+ * any (a host array), -1 when it starts in one and runs past its end. */
+int cxo_resident(const tide_cuda_ops_ctx *cx, const void *p, size_t bytes);
+/* Device pointers for a[0..n) (see the memory model above), plus `extra`
+ * bytes of arena scratch in *scratch (when scratch is not NULL). Resets
+ * the arena. */
+int cxo_dev(tide_cuda_ops_ctx *cx, cxo_arg *a, int n, size_t extra, void **scratch, tide_status *st);
+/* Downloads the outputs that were staged. */
+int cxo_dev_done(tide_cuda_ops_ctx *cx, const cxo_arg *a, int n, tide_status *st);
+/* Whether any of a[0..n) is resident (an op that has no kernel for a case
+ * cannot hand such an array to the CPU op). */
+int cxo_any_resident(const tide_cuda_ops_ctx *cx, const cxo_arg *a, int n);
+/* Fills bytes at p with zeros, on the device when p is resident (outputs
+ * left defined after an error). */
+void cxo_zero(tide_cuda_ops_ctx *cx, void *p, size_t bytes);
+
+/* ops.h's memory functions (cuda_ops_mem.c). */
+void *cxo_op_alloc(const tide_ops *self, size_t bytes);
+void cxo_op_release(const tide_ops *self, void *p);
+void cxo_op_upload(const tide_ops *self, void *dst, const void *src, size_t bytes);
+void cxo_op_download(const tide_ops *self, void *dst, const void *src, size_t bytes);
+void cxo_op_copy(const tide_ops *self, void *dst, const void *src, size_t bytes);
+void cxo_op_zero(const tide_ops *self, void *p, size_t bytes);
+
 
 #endif

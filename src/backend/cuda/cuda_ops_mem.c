@@ -1,6 +1,7 @@
 /* Memory of the CUDA ops table: the device scratch arena, the host staging
  * buffers, the weight map (host pointer -> device copy, uploaded once) and
  * the counted copies. See cuda_ops_internal.h for the model. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,7 +169,10 @@ int cxo_weight(tide_cuda_ops_ctx *cx, const void *host, size_t bytes, const void
         tide_cuda_free(d);
         return -1;
     }
-    cx->stats.weight_uploads++;
+    /* once the checkpoint is bound, what is not in it is an array the model
+     * made at load (f32 norms, hc tables): uploaded once, here */
+    if (cx->bound) cx->stats.derived_uploads++;
+    else cx->stats.weight_uploads++;
     cx->wmap[i] = (cxo_wslot){host, bytes, d};
     cx->wcount++;
     cx->stats.weights_cached = cx->wcount;
@@ -315,6 +319,10 @@ void cxo_fail(tide_cuda_ops_ctx *cx, const char *op, const tide_status *st) {
 
 void cxo_release_all(tide_cuda_ops_ctx *cx) {
     cxo_weights_free(cx);
+    for (size_t i = 0; i < cx->n_res; i++) tide_cuda_free(cx->res[i].p);
+    free(cx->res);
+    cx->res = NULL;
+    cx->n_res = cx->res_cap = 0;
     tide_cuda_free(cx->arena);
     cx->arena = NULL;
     cx->arena_cap = cx->arena_used = 0;
@@ -323,4 +331,181 @@ void cxo_release_all(tide_cuda_ops_ctx *cx) {
         cx->hb[i].p = NULL;
         cx->hb[i].cap = 0;
     }
+}
+
+/* ---- device-resident arrays (ops.h alloc) ---- */
+
+/* Index of the last allocation starting at or below p, or -1. */
+static ptrdiff_t res_find(const tide_cuda_ops_ctx *cx, const char *p) {
+    size_t lo = 0, hi = cx->n_res;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cx->res[mid].p <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return (ptrdiff_t)lo - 1;
+}
+
+int cxo_resident(const tide_cuda_ops_ctx *cx, const void *p, size_t bytes) {
+    if (!p || !cx->n_res) return 0;
+    ptrdiff_t i = res_find(cx, p);
+    if (i < 0) return 0;
+    const cxo_res *r = &cx->res[i];
+    size_t off = (size_t)((const char *)p - r->p);
+    if (off >= r->bytes) return 0;
+    return bytes <= r->bytes - off ? 1 : -1;
+}
+
+int cxo_any_resident(const tide_cuda_ops_ctx *cx, const cxo_arg *a, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i].p && a[i].io != CXO_W && cxo_resident(cx, a[i].p, a[i].bytes ? a[i].bytes : 1)) return 1;
+    return 0;
+}
+
+int cxo_dev(tide_cuda_ops_ctx *cx, cxo_arg *a, int n, size_t extra, void **scratch, tide_status *st) {
+    size_t need = cxo_al(extra);
+    for (int i = 0; i < n; i++) {
+        a[i].d = NULL;
+        if (!a[i].p || a[i].io == CXO_W) continue;
+        int r = cxo_resident(cx, a[i].p, a[i].bytes);
+        if (r < 0)
+            return tide_fail(st, TIDE_ERR_INTERNAL, "cuda ops: argument %d (%zu bytes) runs past its device buffer",
+                             i, a[i].bytes);
+        if (r == 0) need += cxo_al(a[i].bytes);
+    }
+    if (cxo_arena_begin(cx, need, st) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        if (!a[i].p) continue;
+        if (a[i].io == CXO_W) {
+            const void *d;
+            if (cxo_weight(cx, a[i].p, a[i].bytes, &d, st) != 0) return -1;
+            a[i].d = (void *)d;
+        } else if (cxo_resident(cx, a[i].p, a[i].bytes)) {
+            a[i].d = (void *)a[i].p;
+        } else {
+            if (!(a[i].d = cxo_take(cx, a[i].bytes, st))) return -1;
+            if ((a[i].io & CXO_IN) && cxo_up(cx, a[i].d, a[i].p, a[i].bytes, st) != 0) return -1;
+        }
+    }
+    if (scratch && !(*scratch = cxo_take(cx, extra, st))) return -1;
+    return 0;
+}
+
+int cxo_dev_done(tide_cuda_ops_ctx *cx, const cxo_arg *a, int n, tide_status *st) {
+    for (int i = 0; i < n; i++)
+        if (a[i].p && (a[i].io & CXO_OUT) && a[i].io != CXO_W && a[i].d != a[i].p &&
+            cxo_down(cx, (void *)a[i].p, a[i].d, a[i].bytes, st) != 0)
+            return -1;
+    return 0;
+}
+
+void cxo_zero(tide_cuda_ops_ctx *cx, void *p, size_t bytes) {
+    if (!p || !bytes) return;
+    if (cxo_resident(cx, p, bytes)) {
+        tide_status st = {0};
+        (void)tide_cuda_memset(p, 0, bytes, &st); /* best effort: the context has failed already */
+    } else {
+        memset(p, 0, bytes);
+    }
+}
+
+static tide_cuda_ops_ctx *mem_enter(const tide_ops *self) {
+    tide_cuda_ops_ctx *cx = self->ctx;
+    pthread_mutex_lock(&cx->mu);
+    tide_cuda_host_guard(cx->res, cx->n_res, 1);
+    return cx;
+}
+
+static void mem_leave(tide_cuda_ops_ctx *cx) {
+    tide_cuda_host_guard(cx->res, cx->n_res, 0);
+    pthread_mutex_unlock(&cx->mu);
+}
+
+void *cxo_op_alloc(const tide_ops *self, size_t bytes) {
+    tide_cuda_ops_ctx *cx = mem_enter(self);
+    void *p = NULL;
+    tide_status st = {0};
+    if (cx->failed) goto out;
+    if (bytes == 0) bytes = 1;
+    if (cx->n_res == cx->res_cap) {
+        size_t cap = cx->res_cap ? cx->res_cap * 2 : 32;
+        cxo_res *t = realloc(cx->res, cap * sizeof *t);
+        if (!t) {
+            tide_fail(&st, TIDE_ERR_NOMEM, "out of host memory");
+            cxo_fail(cx, "alloc", &st);
+            goto out;
+        }
+        cx->res = t;
+        cx->res_cap = cap;
+    }
+    if (tide_cuda_malloc(&p, cxo_al(bytes), &st) != 0) {
+        tide_fail_ctx(&st, "%zu bytes for the step's activations", bytes);
+        cxo_fail(cx, "alloc", &st);
+        p = NULL;
+        goto out;
+    }
+    ptrdiff_t i = res_find(cx, p) + 1;
+    memmove(cx->res + i + 1, cx->res + i, (cx->n_res - (size_t)i) * sizeof *cx->res);
+    cx->res[i] = (cxo_res){p, bytes};
+    cx->n_res++;
+    cx->stats.resident_bytes += bytes;
+out:
+    mem_leave(cx);
+    return p;
+}
+
+void cxo_op_release(const tide_ops *self, void *p) {
+    if (!p) return;
+    tide_cuda_ops_ctx *cx = mem_enter(self);
+    ptrdiff_t i = res_find(cx, p);
+    if (i >= 0 && cx->res[i].p == p) {
+        cx->stats.resident_bytes -= cx->res[i].bytes;
+        memmove(cx->res + i, cx->res + i + 1, (cx->n_res - (size_t)i - 1) * sizeof *cx->res);
+        cx->n_res--;
+        tide_cuda_free(p);
+    }
+    mem_leave(cx);
+}
+
+/* upload / download / copy: any pair of host and resident memory (the
+ * counted copies when one side is the host). */
+static void mem_move(const tide_ops *self, void *dst, const void *src, size_t bytes, const char *what) {
+    if (!bytes) return;
+    tide_cuda_ops_ctx *cx = mem_enter(self);
+    if (!cx->failed) {
+        int rd = cxo_resident(cx, dst, bytes), rs = cxo_resident(cx, src, bytes);
+        tide_status st = {0};
+        int rc = 0;
+        if (rd < 0 || rs < 0) rc = tide_fail(&st, TIDE_ERR_INTERNAL, "%zu bytes run past a device buffer", bytes);
+        else if (rd && !rs) rc = cxo_up(cx, dst, src, bytes, &st);
+        else if (!rd && rs) rc = cxo_down(cx, dst, src, bytes, &st);
+        else if (rd && rs) rc = tide_cuda_memcpy_any(dst, src, bytes, &st);
+        else memcpy(dst, src, bytes);
+        if (rc != 0) cxo_fail(cx, what, &st);
+    }
+    mem_leave(cx);
+}
+
+void cxo_op_upload(const tide_ops *self, void *dst, const void *src, size_t bytes) {
+    mem_move(self, dst, src, bytes, "upload");
+}
+void cxo_op_download(const tide_ops *self, void *dst, const void *src, size_t bytes) {
+    mem_move(self, dst, src, bytes, "download");
+}
+void cxo_op_copy(const tide_ops *self, void *dst, const void *src, size_t bytes) {
+    mem_move(self, dst, src, bytes, "copy");
+}
+
+void cxo_op_zero(const tide_ops *self, void *p, size_t bytes) {
+    if (!bytes) return;
+    tide_cuda_ops_ctx *cx = mem_enter(self);
+    if (!cx->failed) {
+        tide_status st = {0};
+        if (cxo_resident(cx, p, bytes)) {
+            if (tide_cuda_memset(p, 0, bytes, &st) != 0) cxo_fail(cx, "zero", &st);
+        } else {
+            memset(p, 0, bytes);
+        }
+    }
+    mem_leave(cx);
 }
