@@ -63,32 +63,27 @@ for shape in tiny small; do
     done
 done
 
-# --- a rank killed mid-batch (tiny, 3 ranks): survivors finish everything once ---
+# --- a rank killed or hung mid-batch (tiny, 3 ranks): survivors finish everything once ---
 M="$WORK/tiny"
 mkreq 8 8 "$WORK/in.jsonl"
 "$TIDE" run --model "$M" --input "$WORK/in.jsonl" --output "$WORK/ref.jsonl" --ignore-eos 2>"$WORK/err"
-K=$(( SEED % 60 + 15 )) # an exchange round inside the batch (a run takes ~130)
-"$TIDE" run --ep 3 --ep-kill 1:$K --ep-timeout 20000 --model "$M" --input "$WORK/in.jsonl" \
-    --output "$WORK/kill.jsonl" --ignore-eos 2>"$WORK/err"
-rc=$?
-if [ $rc -ne 0 ]; then fail "kill at round $K: exit $rc"
-elif ! grep -q "rank 1 was killed" "$WORK/err" || ! grep -q "1 recoveries" "$WORK/err"; then
-    fail "kill at round $K: no kill or no recovery reported"
-elif ! grep -q "8 requests finished once each (1 ranks lost" "$WORK/err"; then fail "kill at round $K: count"
-elif ! same "$WORK/ref.jsonl" "$WORK/kill.jsonl" 2>>"$WORK/err"; then fail "kill at round $K: tokens"
-else ok "rank 1 killed at exchange round $K: 8 requests finished once, same tokens"; fi
-
-# --- a rank hung mid-batch (SIGSTOP): found by the heartbeat, left behind, same outcome ---
-K=$(( SEED % 50 + 20 ))
-"$TIDE" run --ep 3 --ep-kill 2:$K:stop --ep-timeout 3000 --model "$M" --input "$WORK/in.jsonl" \
-    --output "$WORK/stop.jsonl" --ignore-eos 2>"$WORK/err"
-rc=$?
-if [ $rc -ne 0 ]; then fail "hung at round $K: exit $rc"
-elif ! grep -q "heartbeat stopped" "$WORK/err" || ! grep -q "rank 2 was left behind" "$WORK/err"; then
-    fail "hung at round $K: not found by the heartbeat"
-elif ! grep -q "8 requests finished once each (1 ranks lost" "$WORK/err"; then fail "hung at round $K: count"
-elif ! same "$WORK/ref.jsonl" "$WORK/stop.jsonl" 2>>"$WORK/err"; then fail "hung at round $K: tokens"
-else ok "rank 2 hung at exchange round $K: heartbeat, 8 requests finished once, same tokens"; fi
+# lost_case WHAT KILL TIMEOUT_MS MUST_SAY: 3 ranks, one lost by --ep-kill KILL
+lost_case() {
+    "$TIDE" run --ep 3 --ep-kill "$2" --ep-timeout "$3" --model "$M" --input "$WORK/in.jsonl" \
+        --output "$WORK/lost.jsonl" --ignore-eos 2>"$WORK/err"
+    rc=$?
+    if [ $rc -ne 0 ]; then fail "$1 ($2): exit $rc"
+    elif ! grep -q "$4" "$WORK/err" || ! grep -q "1 recoveries" "$WORK/err"; then
+        fail "$1 ($2): no '$4' or no recovery reported"
+    elif ! grep -q "8 requests finished once each (1 ranks lost" "$WORK/err"; then fail "$1 ($2): count"
+    elif ! same "$WORK/ref.jsonl" "$WORK/lost.jsonl" 2>>"$WORK/err"; then fail "$1 ($2): tokens"
+    else ok "$1 (--ep-kill $2): 8 requests finished once, same tokens"; fi
+}
+# an exchange round inside the batch (a run takes ~130)
+lost_case "rank 1 killed mid-batch" 1:$(( SEED % 60 + 15 )) 20000 "rank 1 was killed"
+# stopped: found by the heartbeat, left behind by the survivors, killed by the launcher
+lost_case "rank 2 hung mid-batch" 2:$(( SEED % 50 + 20 )):stop 3000 "rank 2 was left behind"
+grep -q "heartbeat stopped" "$WORK/err" || fail "the hung rank was not found by the heartbeat"
 
 # --- --prompt-ids: the greedy ids of tide run --prompt-ids ---
 a=$("$TIDE" run --model "$M" --prompt-ids 5,6,7,$((SEED % 900 + 2)) --max-tokens 4 2>"$WORK/err" | tail -1)
