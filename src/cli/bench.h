@@ -24,6 +24,8 @@ int tide_bench_kvstore(int argc, char **argv);  /* bench_kvstore.c */
 int tide_bench_serve(int argc, char **argv);    /* bench_serve.c: against a running tide serve */
 int tide_bench_route(int argc, char **argv);    /* bench_route.c: trace replay through the router's placement */
 int tide_bench_grammar(int argc, char **argv);  /* bench_grammar.c: structured-output masks */
+int tide_bench_eplb(int argc, char **argv);     /* cmd_ep_bench.c: EPLB placement on skewed routing */
+int tide_bench_ep(int argc, char **argv);       /* cmd_ep_bench.c: the engine over N EP ranks */
 /* decode / prefill with --backend cuda (bench_step_cuda.c; a stub saying so
  * in builds without the CUDA backend) */
 int tide_bench_step_cuda(int argc, char **argv);

@@ -19,6 +19,7 @@ int tide_cmd_serve(int argc, char **argv);
 int tide_cmd_route(int argc, char **argv); /* cmd_route.c */
 int tide_cmd_render(int argc, char **argv); /* cmd_render.c */
 int tide_cmd_eval(int argc, char **argv);   /* cmd_eval.c */
+int tide_cmd_ep_run(int argc, char **argv); /* cmd_ep_run.c: tide run --ep N */
 
 /* An integer option's value: all of s a decimal integer in [lo, hi];
  * 0, or -1 (nothing written). */

@@ -45,6 +45,10 @@ static void usage(FILE *f) {
             "             over a corpus of JSON Schemas, regexes and grammars\n"
             "  serve      the offline workload against a running tide serve over HTTP:\n"
             "             TTFT, inter-token, end-to-end, throughput (--offline for the ratio)\n"
+            "  ep         the engine with the experts over N rank processes (tide run --ep):\n"
+            "             tokens/s, all-to-all pairs and bytes per token, balancedness\n"
+            "  eplb       expert placement (EPLB) on a skewed routing workload in simulation:\n"
+            "             balancedness of the plain placement and of EPLB's\n"
             "  route      a request trace (Mooncake, Azure) through tide route's placement in\n"
             "             simulation: hit rate, balancedness vs ideal, TTFT / TPOT\n"
             "\n"
@@ -72,6 +76,8 @@ int tide_cmd_bench(int argc, char **argv) {
     if (!strcmp(mode, "serve")) return tide_bench_serve(argc - 1, argv + 1);
     if (!strcmp(mode, "route")) return tide_bench_route(argc - 1, argv + 1);
     if (!strcmp(mode, "grammar")) return tide_bench_grammar(argc - 1, argv + 1);
+    if (!strcmp(mode, "eplb")) return tide_bench_eplb(argc - 1, argv + 1);
+    if (!strcmp(mode, "ep")) return tide_bench_ep(argc - 1, argv + 1);
     if (!strcmp(mode, "replay")) return tide_bench_replay(argc - 2, argv + 2);
     fprintf(stderr, "tide bench: unknown mode '%s'\n\n", mode);
     usage(stderr);

@@ -66,6 +66,8 @@ static void usage(FILE *f) {
             "  --seed N             engine seed for requests without one (default 0)\n"
             "  --canonical-layout   attention entry order independent of chunking (docs/model.md)\n"
             "  --no-index-quirk     index keys from each indexer's own source (docs/model.md)\n"
+            "  --ep N               expert parallel over N rank processes (tide run --ep 1 --help;\n"
+            "                       docs/ep.md)\n"
             "  --overlap            plan step N+1 while step N's forward pass runs (same\n"
             "                       tokens; docs/engine.md, 'Overlapped scheduling')\n"
             "  --no-prefix-cache    do not reuse the KV of earlier requests' prompt pages\n"
@@ -579,6 +581,8 @@ done:;
 }
 
 int tide_cmd_run(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--ep")) return tide_cmd_ep_run(argc, argv); /* expert parallel: docs/ep.md */
     run_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;

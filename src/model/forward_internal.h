@@ -77,6 +77,12 @@ typedef struct tide_step {
 /* Sub-layers (x: [rows][dim] normalised input; out: [rows][dim]). */
 void tide_attention(tide_step *s, int layer, const float *x, float *out);
 void tide_moe(tide_step *s, const tide_ffn_weights *f, const float *x, float *out);
+/* Routed expert e of f over n rows x with weights wt: y = w2(bf16(wt *
+ * swiglu(w1 x, w3 x))) (BF16 values); row-independent. x, wt, y and the
+ * scratch g, u ([n][inter]) in the backend's memory; uses s->m, ops, pool
+ * only. For dist/ep.c. */
+void tide_moe_expert(tide_step *s, const tide_ffn_weights *f, int e, const float *x, int64_t n, const float *wt,
+                     float *y, float *g, float *u);
 /* One block with its hyper-connections: h [rows][hc][dim] in/out, pre_mix
  * [rows][hc] in (the previous block's FFN pre) / out (this block's), both
  * in the backend's memory (the forward's FB_H / FB_PRE_MIX); x and out of

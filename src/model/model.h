@@ -80,6 +80,9 @@ typedef struct tide_model {
     int n_kv_src;
     int kv_src_layer[TIDE_MAX_LAYERS];
     int kv_src_slot[TIDE_MAX_LAYERS];
+    /* Expert parallelism (dist/ep.h): set by the rank driver, not owned;
+     * NULL = every routed expert runs here. */
+    struct tide_ep *ep;
     /* owned small arrays, freed with the model */
     void **owned;
     int n_owned, cap_owned;

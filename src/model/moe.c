@@ -12,19 +12,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/ep.h"
 #include "model/forward_internal.h"
 #include "num/num.h"
 
-/* h = bf16(weight * swiglu(w1 x, w3 x)); y = w2 h (BF16). */
+/* h = bf16(weight * swiglu(w1 x, w3 x)); y = w2 h (BF16). g, u: [n][inter] scratch. */
 static void expert(tide_step *s, const tide_weight *w1, const tide_weight *w2, const tide_weight *w3,
-                   const float *x, int64_t n, const float *wt, float *y) {
+                   const float *x, int64_t n, const float *wt, float *y, float *g, float *u) {
     const tide_text_config *c = &s->m->cfg.text;
     int64_t I = w1->out;
-    float *g = s->fx->buf[FB_G], *u = s->fx->buf[FB_U];
     s->ops->linear(s->ops, s->pool, w1, x, n, g, TIDE_LIN_BF16_OUT);
     s->ops->linear(s->ops, s->pool, w3, x, n, u, TIDE_LIN_BF16_OUT);
     s->ops->swiglu(s->ops, g, u, n, I, c->swiglu_limit, wt, g);
     s->ops->linear(s->ops, s->pool, w2, g, n, y, TIDE_LIN_BF16_OUT);
+}
+
+void tide_moe_expert(tide_step *s, const tide_ffn_weights *f, int e, const float *x, int64_t n, const float *wt,
+                     float *y, float *g, float *u) {
+    expert(s, &f->w1[e], &f->w2[e], &f->w3[e], x, n, wt, y, g, u);
 }
 
 void tide_moe(tide_step *s, const tide_ffn_weights *f, const float *x, float *out) {
@@ -60,7 +65,9 @@ void tide_moe(tide_step *s, const tide_ffn_weights *f, const float *x, float *ou
     ops->zero(ops, acc, (size_t)(rows * D) * sizeof(float));
     float *we = tide_xmalloc((size_t)rows * sizeof(float));
     int64_t *who = tide_xmalloc((size_t)rows * sizeof(int64_t));
-    for (int e = 0; e < E; e++) {
+    if (s->m->ep) /* expert parallel: the experts run on the ranks holding them (dist/ep.h) */
+        tide_ep_moe(s, f, x, idx, wt, acc);
+    for (int e = 0; e < E && !s->m->ep; e++) {
         int64_t n = 0;
         for (int64_t r = 0; r < rows; r++)
             for (int i = 0; i < k; i++)
@@ -71,10 +78,10 @@ void tide_moe(tide_step *s, const tide_ffn_weights *f, const float *x, float *ou
         if (n == 0) continue;
         ops->gather_rows(ops, x, (size_t)D * sizeof(float), who, n, xe);
         ops->upload(ops, we_b, we, (size_t)n * sizeof(float));
-        expert(s, &f->w1[e], &f->w2[e], &f->w3[e], xe, n, we_b, ye);
+        expert(s, &f->w1[e], &f->w2[e], &f->w3[e], xe, n, we_b, ye, b[FB_G], b[FB_U]);
         ops->scatter_add(ops, ye, n, D, who, acc);
     }
-    expert(s, &f->sw1, &f->sw2, &f->sw3, x, rows, NULL, ye);
+    expert(s, &f->sw1, &f->sw2, &f->sw3, x, rows, NULL, ye, b[FB_G], b[FB_U]);
     ops->add_bf16(ops, acc, ye, rows * D, out);
     free(idx);
     free(wt);
