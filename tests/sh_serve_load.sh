@@ -5,8 +5,9 @@
 # completed stream and that /health returns to idle: nothing in flight, the
 # KV pool holding only idle prefix-cache pages). Then SIGTERM: a clean exit
 # with no sanitizer report (this test runs in the ASan build too).
-# Time on the 2-core VM: about 25 s plain, 70-110 s under ASan (most of it the
-# engine's). Env: TIDE_LOAD_N / _DROP / _SLOW override the counts.
+# Time on the 2-core VM: about 25 s plain, 70-140 s under ASan (most of it the
+# engine's: each request is a 1-token id prompt and 2 generated tokens, the
+# fewest that give a mid-stream disconnect). Env: TIDE_LOAD_N / _DROP / _SLOW override the counts.
 # Usage: sh_serve_load.sh TIDE_EXE SRC_DIR BIN_DIR
 set -uo pipefail
 tide=$1 src=$2

@@ -353,13 +353,15 @@ static void test_salt(void **state) {
     free_batch(&b);
 }
 
-/* A pool of 5 pages' worth of blocks and 12 requests with distinct prompts of
- * 2-3 pages, one after another: cached pages are evicted least recently used
- * first, nothing fails, the outputs equal a cache-off run, the statistics add
- * up; then the newest request's prompt still hits and the oldest's does not. */
+/* A pool of 5 pages' worth of blocks and 6 requests with distinct prompts of
+ * 2-3 pages, one after another (at least 12 pages: the oldest request's are
+ * evicted before the last one runs): cached pages are evicted least
+ * recently used first, nothing fails, the outputs equal a cache-off run,
+ * the statistics add up; then the newest request's prompt still hits and
+ * the oldest's does not. */
 static void test_eviction(void **state) {
     fixture *f = *state;
-    enum { N = 12 };
+    enum { N = 6 };
     batch warm;
     make_batch(f, &warm, N + 2, 0, 3 * PAGE - 2, 40);
     for (int i = 0; i < N; i++)
@@ -471,15 +473,17 @@ static void test_preemption_cache_on(void **state) {
 }
 
 /* Requests that do not hit give the same tokens with the cache on or off,
- * in one batch of 16. */
+ * in one batch of 8 (up to 168 prompt tokens: several steps of 64 with
+ * chunked prefills beside decodes). */
 static void test_no_hit_unchanged(void **state) {
     fixture *f = *state;
+    enum { N = 8 };
     batch on, off;
-    make_batch(f, &on, 16, 0, 2 * PAGE + 5, 60);
-    make_batch(f, &off, 16, 0, 2 * PAGE + 5, 60);
+    make_batch(f, &on, N, 0, 2 * PAGE + 5, 60);
+    make_batch(f, &off, N, 0, 2 * PAGE + 5, 60);
     tide_engine_config c = cfg_for(0, 140);
     tide_engine *e = make_engine(f, &c);
-    run_range(e, &on, 0, 16, 1);
+    run_range(e, &on, 0, N, 1);
     tide_engine_stats s;
     tide_engine_get_stats(e, &s);
     assert_int_equal(s.prefix_hit_tokens, 0);
@@ -487,9 +491,9 @@ static void test_no_hit_unchanged(void **state) {
     tide_engine_destroy(e);
     c.prefix_cache = 0;
     e = make_engine(f, &c);
-    run_range(e, &off, 0, 16, 1);
+    run_range(e, &off, 0, N, 1);
     tide_engine_destroy(e);
-    same_outputs(&on, &off, 0, 16);
+    same_outputs(&on, &off, 0, N);
     free_batch(&on);
     free_batch(&off);
 }

@@ -12,7 +12,9 @@
 # finds them through pkg-config files rewritten to point there.
 #
 # Builds the targets tide_gpu_tests (libtide, libtide_cuda, tests/gpu/*) and
-# tide_cli (the tide command, with `tide bench ... --backend cuda`);
+# tide_cli (the tide command, with `tide bench ... --backend cuda`), or those
+# in $TIDE_GPU_TARGETS (tools/bench/serve_quiet.sh: "tide_cli" with the
+# extra arguments -DTIDE_CUDA=OFF -DTIDE_GPU_TESTS=OFF, the CPU-only tide);
 # TIDE_GPU_FULL=1 also builds everything else. If the strict build fails
 # (another compiler version can warn where gcc 12 does not, and the project
 # builds with -Werror), it is retried once with warnings not fatal, and a
@@ -82,7 +84,7 @@ configure() { # extra args
     -DPKG_CONFIG_EXECUTABLE="$pkgconfig" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "$@"
 }
 build() {
-  cmake --build "$B" -j"$jobs" --target tide_gpu_tests tide_cli || return 1
+  cmake --build "$B" -j"$jobs" --target ${TIDE_GPU_TARGETS:-tide_gpu_tests tide_cli} || return 1
   if [ "${TIDE_GPU_FULL:-0}" = 1 ]; then cmake --build "$B" -j"$jobs" || return 1; fi
   return 0
 }

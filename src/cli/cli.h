@@ -25,6 +25,10 @@ int tide_cmd_ep_run(int argc, char **argv); /* cmd_ep_run.c: tide run --ep N */
  * 0, or -1 (nothing written). */
 int tide_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out); /* cmd_bench.c */
 
+/* --effort's value: a reasoning effort 1..100, or a name (low, high, max:
+ * text/conv.h); 0, or -1 with the reason in st. */
+int tide_cli_parse_effort(const char *v, int *effort, tide_status *st); /* cmd_render.c */
+
 /* The whole of path ('-' = stdin), NUL-terminated (malloc'd; *len without
  * the NUL); NULL with the reason in st. */
 char *tide_cli_read_file(const char *path, size_t *len, tide_status *st); /* cmd_eval.c */

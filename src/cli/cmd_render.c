@@ -58,6 +58,16 @@ static void usage(FILE *f) {
             "The first bad line stops the run with its line number and the field at fault.\n");
 }
 
+int tide_cli_parse_effort(const char *v, int *effort, tide_status *st) {
+    int64_t n;
+    if (*v >= '0' && *v <= '9') {
+        if (tide_cli_parse_i64(v, 1, 100, &n) != 0) return tide_fail(st, TIDE_ERR_INVALID, "'%s' is not in 1..100", v);
+        *effort = (int)n;
+        return 0;
+    }
+    return tide_effort_from_name(v, effort, st);
+}
+
 static int parse_args(int argc, char **argv, render_opts *o) {
     memset(o, 0, sizeof *o);
     o->api = TIDE_API_CHAT;
@@ -88,16 +98,8 @@ static int parse_args(int argc, char **argv, render_opts *o) {
             }
         } else if (!strcmp(a, "--effort") && v) {
             i++;
-            char *end;
-            long n = strtol(v, &end, 10);
             tide_status st = {0};
-            if (*v && !*end) {
-                if (n < 1 || n > 100) {
-                    fprintf(stderr, "tide render: --effort %ld is outside 1..100\n", n);
-                    return 2;
-                }
-                o->effort = (int)n;
-            } else if (tide_effort_from_name(v, &o->effort, &st) != 0) {
+            if (tide_cli_parse_effort(v, &o->effort, &st) != 0) {
                 fprintf(stderr, "tide render: --effort: %s\n", st.msg);
                 return 2;
             }

@@ -404,17 +404,17 @@ done:
     return rc;
 }
 
-/* ---- --input: a JSONL batch ---- */
+/* ---- --input: a JSONL batch of token ids (cli/batch_end.h drives it) ---- */
 
 typedef struct batch {
-    tide_out_file out;
-    json_t **ids;          /* [request id] the line's "id" (index by request id) */
+    tide_batch b;
+    tide_engine *e;
+    const run_opts *o;
+    json_t **ids;          /* [slot] the line's "id" (the slot rides in the request's user pointer) */
     int64_t n_ids, cap_ids;
     tide_request_id *done; /* finished, to release after the step */
     int64_t n_done, cap_done;
-    int64_t n_lines, n_finished, n_errors;
-    int write_failed;  /* the first failure is in wst; nothing more is written */
-    tide_status wst;
+    double last_progress;
 } batch;
 
 static void write_result(batch *b, json_t *id, const int32_t *out, int64_t n_out, const char *reason,
@@ -428,13 +428,7 @@ static void write_result(batch *b, json_t *id, const int32_t *out, int64_t n_out
     json_object_set_new(o, "completion_tokens", json_integer(n_out));
     json_object_set_new(o, "cached_tokens", json_integer(n_cached));
     if (error) json_object_set_new(o, "error", json_string(error));
-    char *s = json_dumps(o, JSON_COMPACT);
-    if (!b->write_failed && !s) tide_fail(&b->wst, TIDE_ERR_NOMEM, "writing %s: out of memory", tide_out_name(&b->out));
-    if (!b->write_failed && (!s || tide_out_line(&b->out, s, strlen(s), &b->wst) != 0)) b->write_failed = 1;
-    free(s);
-    json_decref(o);
-    b->n_finished++;
-    if (error) b->n_errors++;
+    tide_batch_write(&b->b, o, error != NULL);
 }
 
 static void on_event(void *ctx, const tide_event *ev) {
@@ -446,14 +440,6 @@ static void on_event(void *ctx, const tide_event *ev) {
     if (b->n_done < b->cap_done) b->done[b->n_done++] = ev->id;
 }
 
-/* Submits one parsed line (slot = its index in b->ids, handed back in events). */
-static int submit_line(tide_engine *e, const tide_jsonl_request *jr, int64_t slot, int64_t lineno, tide_status *st) {
-    tide_request r = jr->req;
-    r.user = (void *)(intptr_t)slot;
-    if (tide_engine_submit(e, &r, NULL, st) != 0) return tide_fail_ctx(st, "line %lld", (long long)lineno);
-    return 0;
-}
-
 static void progress(tide_engine *e, const batch *b, int final) {
     tide_engine_stats s;
     tide_engine_get_stats(e, &s);
@@ -461,117 +447,95 @@ static void progress(tide_engine *e, const batch *b, int final) {
             "tide run: %lld/%lld done, %lld running, %lld waiting, KV %lld/%lld blocks, %lld steps, "
             "%.1f tok/s (%.2f generated/s), last step %.3f s, %lld preemptions, prefix hits %lld/%lld tokens "
             "(%.1f%%), %lld pages cached%s\n",
-            (long long)b->n_finished, (long long)b->n_lines, (long long)s.n_running, (long long)s.n_waiting,
+            b->b.n_finished, b->b.n_lines, (long long)s.n_running, (long long)s.n_waiting,
             (long long)s.kv_blocks_used, (long long)s.kv_blocks_total, (long long)s.steps, s.tokens_per_s,
             s.generated_per_s, s.last_step_seconds, (long long)s.preemptions, (long long)s.prefix_hit_tokens,
             (long long)s.prefix_lookup_tokens, 100.0 * s.prefix_hit_rate, (long long)s.prefix_pages_cached,
             final ? " (end)" : "");
 }
 
-static int read_lines(tide_engine *e, FILE *in, const run_opts *o, batch *b) {
-    const tide_jsonl_defaults d = {.max_tokens = o->max_tokens, .ignore_eos = o->ignore_eos};
-    char *line = NULL;
-    size_t cap = 0, len;
-    int64_t lineno = 0;
-    int rc;
-    while ((rc = tide_jsonl_next_line(in, &line, &cap, &len, &lineno)) > 0) {
-        b->n_lines++;
-        tide_status st = {0};
-        tide_jsonl_request jr;
-        int ok = tide_jsonl_request_parse(line, len, lineno, &d, &jr, &st) == 0;
-        if (b->n_ids == b->cap_ids) {
-            int64_t c = b->cap_ids ? 2 * b->cap_ids : 256;
-            json_t **a = realloc(b->ids, (size_t)c * sizeof *a);
-            if (!a) {
-                tide_jsonl_request_free(&jr);
-                free(line);
-                return -1;
-            }
-            b->ids = a;
-            b->cap_ids = c;
-        }
-        b->ids[b->n_ids] = jr.id; /* the batch takes the id's reference */
-        if (ok && submit_line(e, &jr, b->n_ids, lineno, &st) == 0) {
-            b->n_ids++;
-        } else {
-            fprintf(stderr, "tide run: %s\n", st.msg);
-            write_result(b, jr.id, NULL, 0, "error", 0, 0, st.msg);
-            json_decref(jr.id);
-        }
-        jr.id = NULL;
-        tide_jsonl_request_free(&jr);
+/* One line: parsed (request_jsonl.h) and submitted, its slot in b->ids
+ * handed back in its events; else its error result. */
+static void submit_line(void *ctx, const char *line, size_t len, int64_t lineno) {
+    batch *b = ctx;
+    const tide_jsonl_defaults d = {.max_tokens = b->o->max_tokens, .ignore_eos = b->o->ignore_eos};
+    tide_status st = {0};
+    tide_jsonl_request jr;
+    int ok = tide_jsonl_request_parse(line, len, lineno, &d, &jr, &st) == 0;
+    if (ok && b->n_ids == b->cap_ids) {
+        int64_t c = b->cap_ids ? 2 * b->cap_ids : 256;
+        json_t **a = realloc(b->ids, (size_t)c * sizeof *a);
+        if (a) b->ids = a, b->cap_ids = c;
+        else ok = 0, tide_fail(&st, TIDE_ERR_NOMEM, "line %lld: out of memory", (long long)lineno);
     }
-    free(line);
-    return rc < 0 ? -1 : 0;
+    if (ok) {
+        tide_request r = jr.req;
+        r.user = (void *)(intptr_t)b->n_ids;
+        b->ids[b->n_ids] = jr.id; /* the batch takes the id's reference */
+        if (tide_engine_submit(b->e, &r, NULL, &st) == 0) {
+            b->n_ids++;
+            jr.id = NULL;
+        } else {
+            tide_fail_ctx(&st, "line %lld", (long long)lineno);
+            ok = 0;
+        }
+    }
+    if (!ok) {
+        fprintf(stderr, "tide run: %s\n", st.msg);
+        write_result(b, jr.id, NULL, 0, "error", 0, 0, st.msg);
+    }
+    tide_jsonl_request_free(&jr);
 }
 
-/* Steps until the batch is done, a write fails or SIGINT / SIGTERM arrives
- * (returned, else 0); -1 on an engine failure (st). */
-static int step_all(tide_engine *e, batch *b, tide_status *st) {
-    double last = tide_now_seconds();
-    while (tide_engine_busy(e) && !b->write_failed) {
-        int sig = tide_stop_signal_taken();
-        if (sig) return sig;
-        b->n_done = 0;
-        if (tide_engine_step(e, st) != 0) return -1;
-        for (int64_t i = 0; i < b->n_done; i++) tide_engine_release(e, b->done[i]);
-        if (tide_now_seconds() - last >= 1.0) {
-            progress(e, b, 0);
-            last = tide_now_seconds();
-        }
+static int busy(void *ctx) { return tide_engine_busy(((batch *)ctx)->e); }
+
+/* A step; then the finished requests are released, and the progress
+ * line comes every second. */
+static int step(void *ctx, tide_status *st) {
+    batch *b = ctx;
+    b->n_done = 0;
+    if (tide_engine_step(b->e, st) != 0) return -1;
+    for (int64_t i = 0; i < b->n_done; i++) tide_engine_release(b->e, b->done[i]);
+    if (tide_now_seconds() - b->last_progress >= 1.0) {
+        progress(b->e, b, 0);
+        b->last_progress = tide_now_seconds();
     }
     return 0;
-}
-
-/* The end of a run (cli/batch_end.h: commit or remove the results file). */
-static int finish_jsonl(batch *b, int sig, int ok, tide_status *st) {
-    (void)st;
-    const tide_batch_end end = {.ok = ok, .sig = sig, .write_failed = b->write_failed, .wst = &b->wst,
-                                .n_finished = b->n_finished, .n_lines = b->n_lines, .n_errors = b->n_errors};
-    return tide_batch_finish(&b->out, &end);
 }
 
 static int run_jsonl(const run_opts *o) {
     batch b;
     memset(&b, 0, sizeof b);
+    b.o = o;
+    if (tide_batch_open(&b.b, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
     tide_status st = {0};
-    sigset_t old_mask;
-    FILE *in;
-    if (tide_batch_open(&b.out, &in, &old_mask, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
-    tide_engine *e = NULL;
     int ok = 0, sig = 0;
     kv_run *kv = NULL;
     tide_cli_backend be = o->be;
     tide_engine_config c = engine_config(o);
     c.on_event = on_event;
     c.event_ctx = &b;
-    if (tide_cli_backend_open(&be, &c, &st) != 0 || kv_run_open(&o->kv, &c, &kv, &st) != 0 ||
-        tide_engine_create(&c, &e, &st) != 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        goto done;
-    }
-    if (read_lines(e, in, o, &b) != 0) {
-        fprintf(stderr, "tide run: reading %s failed\n", o->input);
-        goto done;
-    }
     b.cap_done = 2 * (int64_t)c.max_seqs + 16; /* finished in one step: running + failed at admission */
     b.done = malloc((size_t)b.cap_done * sizeof *b.done);
+    b.last_progress = tide_now_seconds();
     if (!b.done) {
         fprintf(stderr, "tide run: out of memory\n");
-        goto done;
-    }
-    sig = step_all(e, &b, &st);
-    if (sig >= 0 && tide_cli_backend_check(&be, &st) != 0) sig = -1;
-    if (sig < 0) {
+    } else if (tide_cli_backend_open(&be, &c, &st) != 0 || kv_run_open(&o->kv, &c, &kv, &st) != 0 ||
+               tide_engine_create(&c, &b.e, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
-        goto done;
+    } else {
+        const tide_batch_ops ops = {.submit = submit_line, .busy = busy, .step = step};
+        sig = tide_batch_drive(&b.b, &ops, &b);
+        if (sig >= 0 && tide_cli_backend_check(&be, &st) != 0) {
+            fprintf(stderr, "tide run: %s\n", st.msg);
+            sig = -1;
+        }
+        if (sig >= 0) progress(b.e, &b, 1);
+        ok = sig >= 0;
     }
-    progress(e, &b, 1);
-    ok = 1;
-done:;
-    int rc = finish_jsonl(&b, sig, ok, &st);
-    tide_engine_destroy(e);
-    tide_batch_close(in, &old_mask);
+    int rc = tide_batch_finish(&b.b, ok, sig > 0 ? sig : 0);
+    tide_engine_destroy(b.e);
+    tide_batch_close(&b.b);
     kv_run_close(kv);
     tide_cli_backend_close(&be);
     for (int64_t i = 0; i < b.n_ids; i++) json_decref(b.ids[i]);

@@ -189,10 +189,10 @@ static int run_chat(tide_gen_engine *g, const tide_run_text_opts *o) {
 typedef struct line_ctx line_ctx;
 
 typedef struct batch {
-    tide_out_file out;   /* cli/out_file.h: temporary file + rename, every write checked */
-    tide_status wst;     /* the first write failure */
-    int64_t n_lines, n_finished, n_errors;
-    int write_failed, stopping;
+    tide_batch b;        /* cli/batch_end.h */
+    tide_gen_engine *g;
+    const tide_run_text_opts *o;
+    int stopping;        /* what a stop or a failure left unfinished writes no line */
 } batch;
 
 /* One line in flight: its id and the tool calls as they stream. */
@@ -203,21 +203,11 @@ struct line_ctx {
     tide_sb args;    /* the open call's arguments */
 };
 
-static void write_line(batch *b, json_t *o) {
-    char *s = json_dumps(o, JSON_COMPACT);
-    if (!b->write_failed && !s) tide_fail(&b->wst, TIDE_ERR_NOMEM, "writing %s: out of memory", tide_out_name(&b->out));
-    if (!b->write_failed && (!s || tide_out_line(&b->out, s, strlen(s), &b->wst) != 0)) b->write_failed = 1;
-    free(s);
-    json_decref(o);
-    b->n_finished++;
-}
-
 static void write_error(batch *b, json_t *id, const char *msg) {
     json_t *o = json_pack("{s:O, s:s, s:[], s:s, s:i, s:i, s:i, s:s}", "id", id ? id : json_null(), "text", "",
                           "output_ids", "finish_reason", "error", "prompt_tokens", 0, "completion_tokens", 0,
                           "cached_tokens", 0, "error", msg);
-    if (o) write_line(b, o);
-    b->n_errors++;
+    tide_batch_write(&b->b, o, 1);
 }
 
 static int line_parsed(void *ud, const tide_pev *ev, tide_status *st) {
@@ -248,8 +238,7 @@ static void line_done(void *ud, const tide_gen_result *r) {
                           (json_int_t)r->usage.completion_tokens, "cached_tokens", (json_int_t)r->usage.cached_tokens);
     if (o && r->error) json_object_set_new(o, "error", json_string(r->error));
     if (b->stopping) json_decref(o); /* stopped (a signal, a failure): not run, no line */
-    else if (o) write_line(b, o);
-    if (r->error) b->n_errors++;
+    else tide_batch_write(&b->b, o, r->error != NULL);
     json_decref(l->id);
     json_decref(l->calls);
     tide_sb_free(&l->args);
@@ -279,8 +268,8 @@ static int line_request(json_t *root, const tide_run_text_opts *o, tide_api_req 
     return rc;
 }
 
-static void submit_line(tide_gen_engine *g, batch *b, const char *text, size_t len, int64_t lineno,
-                        const tide_run_text_opts *o) {
+static void submit_line(void *ctx, const char *text, size_t len, int64_t lineno) {
+    batch *b = ctx;
     json_error_t jerr;
     json_t *root = json_loadb(text, len, 0, &jerr);
     char msg[TIDE_STATUS_MSG + 64];
@@ -298,7 +287,7 @@ static void submit_line(tide_gen_engine *g, batch *b, const char *text, size_t l
     tide_status st = {0};
     if (!l) {
         write_error(b, id, "out of memory");
-    } else if (line_request(root, o, &req, &err) != 0) {
+    } else if (line_request(root, b->o, &req, &err) != 0) {
         snprintf(msg, sizeof msg, "line %lld: %s", (long long)lineno, err.st.msg);
         write_error(b, id, msg);
         free(l);
@@ -308,7 +297,7 @@ static void submit_line(tide_gen_engine *g, batch *b, const char *text, size_t l
         l->id = json_incref(id);
         l->calls = json_array();
         tide_gen_input in = {.req = &req, .response_id = "run", .sink = {.text = line_parsed, .done = line_done, .ud = l}};
-        if (tide_gen_submit(g, &in, NULL, &st) != 0) {
+        if (tide_gen_submit(b->g, &in, NULL, &st) != 0) {
             snprintf(msg, sizeof msg, "line %lld: %s", (long long)lineno, st.msg);
             write_error(b, id, msg);
             json_decref(l->id);
@@ -321,67 +310,33 @@ static void submit_line(tide_gen_engine *g, batch *b, const char *text, size_t l
     json_decref(root);
 }
 
-/* Steps until the batch is done, a write fails or SIGINT / SIGTERM arrives
- * (returned, else 0); -1 on an engine failure (st). */
-static int step_all(tide_gen_engine *g, batch *b, tide_status *st) {
-    while (tide_gen_busy(g) && !b->write_failed) {
-        int sig = tide_stop_signal_taken();
-        if (sig) return sig;
-        if (tide_gen_step(g, st) != 0) return -1;
-    }
-    return 0;
-}
-
-static int read_batch(tide_gen_engine *g, batch *b, FILE *in, const tide_run_text_opts *o) {
-    char *line = NULL;
-    size_t cap = 0, len;
-    int64_t lineno = 0;
-    int r;
-    while ((r = tide_jsonl_next_line(in, &line, &cap, &len, &lineno)) > 0) {
-        b->n_lines++;
-        submit_line(g, b, line, len, lineno, o);
-    }
-    free(line);
-    return r < 0 ? -1 : 0;
-}
-
-/* The end (cli/batch_end.h), with the batch's figures on stderr. */
-static int finish_batch(tide_gen_engine *g, batch *b, int sig, int ok) {
-    if (ok && !sig && !b->write_failed) {
-        tide_gen_stats s;
-        tide_gen_get_stats(g, &s);
-        fprintf(stderr, "tide run: %lld/%lld done, %lld errors, %lld steps, %.1f tok/s (%.2f generated/s)\n",
-                (long long)b->n_finished, (long long)b->n_lines, (long long)b->n_errors, (long long)s.engine.steps,
-                s.engine.tokens_per_s, s.engine.generated_per_s);
-    }
-    const tide_batch_end end = {.ok = ok, .sig = sig, .write_failed = b->write_failed, .wst = &b->wst,
-                                .n_finished = b->n_finished, .n_lines = b->n_lines, .n_errors = b->n_errors};
-    return tide_batch_finish(&b->out, &end);
-}
+static int busy(void *ctx) { return tide_gen_busy(((batch *)ctx)->g); }
+static int step(void *ctx, tide_status *st) { return tide_gen_step(((batch *)ctx)->g, st); }
 
 static int run_batch(const tide_run_text_opts *o, const tide_engine_config *cfg) {
     batch b;
     memset(&b, 0, sizeof b);
+    b.o = o;
+    if (tide_batch_open(&b.b, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
     tide_status st = {0};
-    sigset_t old_mask;
-    FILE *in;
-    if (tide_batch_open(&b.out, &in, &old_mask, o->output, o->input) != 0) return TIDE_EXIT_FAIL;
-    tide_gen_engine *g = NULL;
-    int ok = 0, sig = 0;
-    if (tide_gen_create(cfg, NULL, &g, &st) != 0) {
+    int sig = -1;
+    if (tide_gen_create(cfg, NULL, &b.g, &st) != 0) {
         fprintf(stderr, "tide run: %s\n", st.msg);
-    } else if (read_batch(g, &b, in, o) != 0) {
-        fprintf(stderr, "tide run: reading %s failed\n", o->input);
-    } else if ((sig = step_all(g, &b, &st)) < 0) {
-        fprintf(stderr, "tide run: %s\n", st.msg);
-        sig = 0;
     } else {
-        ok = 1;
+        const tide_batch_ops ops = {.submit = submit_line, .busy = busy, .step = step};
+        sig = tide_batch_drive(&b.b, &ops, &b);
     }
     b.stopping = 1; /* what a stop or a failure left unfinished writes no line */
-    int rc = g ? finish_batch(g, &b, sig, ok) : (tide_out_abort(&b.out), TIDE_EXIT_FAIL);
-    tide_gen_destroy(g);
-    tide_batch_close(in, &old_mask);
+    if (sig == 0 && !b.b.write_failed) {
+        tide_gen_stats s;
+        tide_gen_get_stats(b.g, &s);
+        fprintf(stderr, "tide run: %lld/%lld done, %lld errors, %lld steps, %.1f tok/s (%.2f generated/s)\n",
+                b.b.n_finished, b.b.n_lines, b.b.n_errors, (long long)s.engine.steps, s.engine.tokens_per_s,
+                s.engine.generated_per_s);
+    }
+    int rc = tide_batch_finish(&b.b, sig >= 0, sig > 0 ? sig : 0);
+    tide_gen_destroy(b.g);
+    tide_batch_close(&b.b);
     return rc;
 }
 
@@ -397,17 +352,9 @@ int tide_run_text_arg(int argc, char **argv, int *i, tide_run_text_opts *t) {
     else if (!strcmp(a, "--show-reasoning")) t->show_reasoning = 1;
     else if (!strcmp(a, "--text")) t->text_input = 1;
     else if (!strcmp(a, "--effort") && v) {
-        char *end;
-        long n = strtol(v, &end, 10);
         tide_status st = {0};
         ++*i;
-        if (*end == 0 && end != v) {
-            if (n < 1 || n > 100) {
-                fprintf(stderr, "tide run: --effort: %ld is not in 1..100\n", n);
-                return -1;
-            }
-            t->effort = (int)n;
-        } else if (tide_effort_from_name(v, &t->effort, &st) != 0) {
+        if (tide_cli_parse_effort(v, &t->effort, &st) != 0) {
             fprintf(stderr, "tide run: --effort: %s\n", st.msg);
             return -1;
         }

@@ -1,7 +1,10 @@
 // Bounded load test for `tide serve` (tests/sh_serve_load.sh): N concurrent
-// streaming completions requests on loopback (a 2-token prompt: the tiny
-// model runs at ~150 tokens/s on 2 cores, so prompt tokens set the time), D of them disconnecting after their
-// first chunk, S slow readers (pausing 30 ms after every chunk).
+// streaming completions requests on loopback (a 1-token prompt given as a
+// token id, and 2 tokens generated, the fewest that leave a mid-stream: the
+// tiny model runs at ~150 tokens/s on 2 cores, so the engine's tokens set
+// the time, 2 per request; text prompts cost a BOS more and are covered by
+// sh_serve_clients), D of them disconnecting after their first chunk, S
+// slow readers (pausing 30 ms after every chunk).
 // Every stream that completes must be well formed (each data line JSON, the
 // role chunk first, one finish_reason, [DONE] last); afterwards /health must
 // show nothing in flight and the KV pool back to its idle level (blocks in
@@ -18,7 +21,7 @@ const DEADLINE_MS = 300000;
 function post(i, mode) {
   return new Promise((resolve) => {
     const body = JSON.stringify({
-      model: 'tiny', stream: true, max_tokens: 2, seed: i, prompt: 'hi',
+      model: 'tiny', stream: true, max_tokens: 2, seed: i, prompt: [100 + (i % 1000)],
     });
     const req = http.request({
       host: url.hostname, port: url.port, path: '/v1/completions', method: 'POST', agent,
