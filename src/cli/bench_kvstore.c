@@ -32,7 +32,8 @@ static void usage(FILE *f) {
             "  --page-kib N         page size (default 111: 128 tokens x 890 bytes, the release's global KV)\n"
             "  --pages N            pages written and read per store (default 256)\n"
             "  --model SPEC         checkpoint directory or synth:SHAPE, for the TTFT figures\n"
-            "  --ttft-tokens N      prompt length for the TTFT figures (default 32768)\n"
+            "  --ttft-tokens N      prompt length for the TTFT figures (default 32000: with its one new token\n"
+            "                       it fits a context of 32,768, synth:tiny's)\n"
             "  --backend cpu|cuda   cuda: the device tier's figures on the GPU (not available yet)\n");
     tide_bench_engine_help(f);
 }
@@ -167,7 +168,7 @@ out:
 int tide_bench_kvstore(int argc, char **argv) {
     kv_cli_store so = {.nodes = 12, .ec = NULL};
     const char *dir = NULL, *model = NULL, *backend = "cpu";
-    int64_t page_kib = 111, pages = 256, ttft_tokens = 32768;
+    int64_t page_kib = 111, pages = 256, ttft_tokens = 32000;
     bench_engine_opts eo;
     tide_bench_engine_defaults(&eo);
     bench_opt opts[8 + BENCH_ENGINE_OPTS + 1] = {
