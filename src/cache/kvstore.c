@@ -768,33 +768,39 @@ void tide_kvstore_set_host_hits(tide_kvstore *s, int64_t hits) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Writes record c crash-safely (temporary file, fsync unless no_sync,
- * rename) into the first node directory that takes it; *node = that one. */
+/* Writes record bytes b under a temporary name in node i (fsynced unless
+ * no_sync); returns 0, or the errno (nothing left behind). */
+static int write_tmp_record(tide_kvstore *s, int i, const uint8_t *b, char tmp[MAX_PATH]) {
+    snprintf(tmp, MAX_PATH, "%s/.tmp.stats.%ld.%llu", s->nodes[i], (long)getpid(), (unsigned long long)++s->tmp_seq);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return errno;
+    int err = write(fd, b, TIDE_KVS_COUNTERS_BYTES) == TIDE_KVS_COUNTERS_BYTES && (s->cfg.no_sync || fsync(fd) == 0)
+                  ? 0
+                  : (errno ? errno : EIO);
+    if (close(fd) != 0 && !err) err = errno;
+    if (err) unlink(tmp);
+    return err;
+}
+
+static void record_path(const tide_kvstore *s, int i, uint64_t id, char out[MAX_PATH]) {
+    snprintf(out, MAX_PATH, "%s/.stats.%016llx", s->nodes[i], (unsigned long long)id);
+}
+
+/* Writes record c crash-safely (temporary file, rename) into the first
+ * node directory that takes it; *node = that one. */
 static int write_counters(tide_kvstore *s, const tide_kvs_counters *c, int *node, tide_status *st) {
     uint8_t b[TIDE_KVS_COUNTERS_BYTES];
     tide_kvs_counters_write(c, b);
     int err = 0;
     for (int i = 0; i < s->cfg.k + s->cfg.m; i++) {
         char tmp[MAX_PATH], fin[MAX_PATH];
-        snprintf(tmp, sizeof tmp, "%s/.tmp.stats.%016llx.%ld.%llu", s->nodes[i], (unsigned long long)c->id,
-                 (long)getpid(), (unsigned long long)++s->tmp_seq);
-        snprintf(fin, sizeof fin, "%s/.stats.%016llx", s->nodes[i], (unsigned long long)c->id);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        int ok = write(fd, b, sizeof b) == (ssize_t)sizeof b && (s->cfg.no_sync || fsync(fd) == 0);
-        if (!ok) err = errno ? errno : EIO;
-        if (close(fd) != 0 && ok) {
-            err = errno;
-            ok = 0;
-        }
-        if (ok && rename(tmp, fin) == 0) {
+        if ((err = write_tmp_record(s, i, b, tmp)) != 0) continue;
+        record_path(s, i, c->id, fin);
+        if (rename(tmp, fin) == 0) {
             *node = i;
             return 0;
         }
-        if (ok) err = errno;
+        err = errno;
         unlink(tmp);
     }
     return tide_fail(st, TIDE_ERR_IO, "kv store: counters record %016llx: no node directory took it (%s)",
@@ -808,7 +814,7 @@ int tide_kvstore_save_counters(tide_kvstore *s, tide_status *st) {
     int node = 0, rc = write_counters(s, &c, &node, st);
     char p[MAX_PATH];
     for (int i = 0; rc == 0 && i < node; i++) { /* an earlier node's copy is stale now */
-        snprintf(p, sizeof p, "%s/.stats.%016llx", s->nodes[i], (unsigned long long)c.id);
+        record_path(s, i, c.id, p);
         unlink(p);
     }
     pthread_mutex_unlock(&s->mu);
@@ -906,28 +912,19 @@ static void fold_counters(tide_kvstore *s) {
         uint8_t b[TIDE_KVS_COUNTERS_BYTES];
         tide_kvs_counters_write(&total, b);
         char tmp[MAX_PATH], fin[MAX_PATH], p[MAX_PATH];
-        int done = 0;
-        for (int i = 0; i < s->cfg.k + s->cfg.m && !done; i++) {
-            snprintf(tmp, sizeof tmp, "%s/.tmp.stats.0.%ld.%llu", s->nodes[i], (long)getpid(),
-                     (unsigned long long)++s->tmp_seq);
-            snprintf(fin, sizeof fin, "%s/.stats.%016llx", s->nodes[i], 0ull);
-            int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-            if (fd < 0) continue;
-            done = write(fd, b, sizeof b) == (ssize_t)sizeof b && (s->cfg.no_sync || fsync(fd) == 0);
-            if (close(fd) != 0) done = 0;
-            if (!done) {
-                unlink(tmp);
-                continue;
-            }
+        for (int i = 0; i < s->cfg.k + s->cfg.m; i++) {
+            if (write_tmp_record(s, i, b, tmp) != 0) continue;
+            record_path(s, i, 0, fin);
             for (int r = 0; r < rec.n; r++) /* every copy of what the total now holds */
                 for (int j = 0; rec.r[r].updated == -1 && j < s->cfg.k + s->cfg.m; j++) {
-                    snprintf(p, sizeof p, "%s/.stats.%016llx", s->nodes[j], (unsigned long long)rec.r[r].id);
+                    record_path(s, j, rec.r[r].id, p);
                     if (strcmp(p, fin)) unlink(p);
                 }
             if (rename(tmp, fin) != 0) {
                 tide_log(TIDE_LOG_WARN, "kv store: %s: %s (the folded counts are lost)", fin, strerror(errno));
                 unlink(tmp);
             }
+            break;
         }
     }
     free(rec.r);
