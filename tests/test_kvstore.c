@@ -375,6 +375,18 @@ static void test_disk_full(void **state) {
     clear_nodes(f);
 }
 
+/* Tiers over one or two stores (in lookup order), with a host LRU of host_bytes. */
+static tide_kvtiers *tiers_over(tide_kvstore *s0, tide_kvstore *s1, uint64_t host_bytes) {
+    tide_kvtiers_cfg tc = {0};
+    tc.host_bytes = host_bytes;
+    tc.stores[tc.n_stores++] = s0;
+    if (s1) tc.stores[tc.n_stores++] = s1;
+    tide_kvtiers *t;
+    tide_status st = {0};
+    if (tide_kvtiers_create(&tc, &t, &st) != 0) fail_msg("%s", st.msg);
+    return t;
+}
+
 /* A writer killed at a random moment: whatever reads back is exact. */
 static void test_kill9_writer(void **state) {
     fx *f = *state;
@@ -457,12 +469,7 @@ static void test_node_gone(void **state) {
                                       TIDE_KV_CHAT, 0, &st), 0);
 
     /* the tiers: store s refuses every page, s11 takes it */
-    tide_kvtiers_cfg tc = {0};
-    tc.stores[0] = s;
-    tc.stores[1] = s11;
-    tc.n_stores = 2;
-    tide_kvtiers *t;
-    assert_int_equal(tide_kvtiers_create(&tc, &t, &st), 0);
+    tide_kvtiers *t = tiers_over(s, s11, 0);
     const tide_kv_tier *h = tide_kvtiers_hooks(t);
     int32_t toks[24];
     uint8_t kv[712], back[712]; /* packed blocks: bytes */
@@ -659,12 +666,7 @@ static void test_persisted_counters(void **state) {
     fx *f = *state;
     tide_status st = {0};
     tide_kvstore *a = open_store(f, NODES, 0);
-    tide_kvtiers_cfg tc = {0};
-    tc.host_bytes = 1 << 20;
-    tc.stores[0] = a;
-    tc.n_stores = 1;
-    tide_kvtiers *t;
-    assert_int_equal(tide_kvtiers_create(&tc, &t, &st), 0);
+    tide_kvtiers *t = tiers_over(a, NULL, 1 << 20);
     const tide_kv_tier *h = tide_kvtiers_hooks(t);
     int32_t toks[8];
     uint8_t kv[300], back[300];

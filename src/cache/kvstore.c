@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -711,46 +712,48 @@ void tide_kvstore_get_stats(tide_kvstore *s, tide_kvstore_stats *out) {
 
 /* ---- persisted counters --------------------------------------------------- */
 
-/* The counters of x as a record's values, and back (adding). */
+/* The record's integer counters and where each lives in the statistics
+ * (the two times are kept in nanoseconds). */
+static const struct {
+    int idx;
+    size_t off;
+} INT_COUNTERS[] = {
+    {TIDE_KVC_HITS, offsetof(tide_kvstore_stats, hits)},
+    {TIDE_KVC_MISSES, offsetof(tide_kvstore_stats, misses)},
+    {TIDE_KVC_EXPIRED_MISSES, offsetof(tide_kvstore_stats, expired_misses)},
+    {TIDE_KVC_LOST, offsetof(tide_kvstore_stats, lost)},
+    {TIDE_KVC_PUTS, offsetof(tide_kvstore_stats, puts)},
+    {TIDE_KVC_PUT_ERRORS, offsetof(tide_kvstore_stats, put_errors)},
+    {TIDE_KVC_BYTES_WRITTEN, offsetof(tide_kvstore_stats, bytes_written)},
+    {TIDE_KVC_BYTES_READ, offsetof(tide_kvstore_stats, bytes_read)},
+    {TIDE_KVC_CORRUPT, offsetof(tide_kvstore_stats, corrupt_shards)},
+    {TIDE_KVC_REPAIRS, offsetof(tide_kvstore_stats, repairs)},
+    {TIDE_KVC_EVICTIONS, offsetof(tide_kvstore_stats, evictions)},
+    {TIDE_KVC_EXPIRED, offsetof(tide_kvstore_stats, expired)},
+    {TIDE_KVC_ENCODE_BYTES, offsetof(tide_kvstore_stats, encode_bytes)},
+    {TIDE_KVC_DECODE_BYTES, offsetof(tide_kvstore_stats, decode_bytes)},
+    {TIDE_KVC_HOST_HITS, offsetof(tide_kvstore_stats, host_hits)},
+};
+enum { N_INT_COUNTERS = sizeof INT_COUNTERS / sizeof INT_COUNTERS[0] };
+_Static_assert(N_INT_COUNTERS + 3 == TIDE_KVS_NCOUNTERS, "every counter: these, the two times and the processes");
+
+static int64_t int_counter(const tide_kvstore_stats *x, int i) {
+    return *(const int64_t *)((const char *)x + INT_COUNTERS[i].off);
+}
+
+/* The counters of this process's statistics x as a record's values. */
 static void counters_of(const tide_kvstore_stats *x, int64_t *v) {
-    v[TIDE_KVC_HITS] = x->hits;
-    v[TIDE_KVC_MISSES] = x->misses;
-    v[TIDE_KVC_EXPIRED_MISSES] = x->expired_misses;
-    v[TIDE_KVC_LOST] = x->lost;
-    v[TIDE_KVC_PUTS] = x->puts;
-    v[TIDE_KVC_PUT_ERRORS] = x->put_errors;
-    v[TIDE_KVC_BYTES_WRITTEN] = x->bytes_written;
-    v[TIDE_KVC_BYTES_READ] = x->bytes_read;
-    v[TIDE_KVC_CORRUPT] = x->corrupt_shards;
-    v[TIDE_KVC_REPAIRS] = x->repairs;
-    v[TIDE_KVC_EVICTIONS] = x->evictions;
-    v[TIDE_KVC_EXPIRED] = x->expired;
+    for (int i = 0; i < N_INT_COUNTERS; i++) v[INT_COUNTERS[i].idx] = int_counter(x, i);
     v[TIDE_KVC_ENCODE_NS] = (int64_t)(x->encode_seconds * 1e9);
     v[TIDE_KVC_DECODE_NS] = (int64_t)(x->decode_seconds * 1e9);
-    v[TIDE_KVC_ENCODE_BYTES] = x->encode_bytes;
-    v[TIDE_KVC_DECODE_BYTES] = x->decode_bytes;
-    v[TIDE_KVC_HOST_HITS] = x->host_hits;
     v[TIDE_KVC_PROCESSES] = 1;
 }
 
+/* Adds a record's values to x. */
 static void add_counters(tide_kvstore_stats *x, const int64_t *v) {
-    x->hits += v[TIDE_KVC_HITS];
-    x->misses += v[TIDE_KVC_MISSES];
-    x->expired_misses += v[TIDE_KVC_EXPIRED_MISSES];
-    x->lost += v[TIDE_KVC_LOST];
-    x->puts += v[TIDE_KVC_PUTS];
-    x->put_errors += v[TIDE_KVC_PUT_ERRORS];
-    x->bytes_written += v[TIDE_KVC_BYTES_WRITTEN];
-    x->bytes_read += v[TIDE_KVC_BYTES_READ];
-    x->corrupt_shards += v[TIDE_KVC_CORRUPT];
-    x->repairs += v[TIDE_KVC_REPAIRS];
-    x->evictions += v[TIDE_KVC_EVICTIONS];
-    x->expired += v[TIDE_KVC_EXPIRED];
+    for (int i = 0; i < N_INT_COUNTERS; i++) *(int64_t *)((char *)x + INT_COUNTERS[i].off) += v[INT_COUNTERS[i].idx];
     x->encode_seconds += 1e-9 * (double)v[TIDE_KVC_ENCODE_NS];
     x->decode_seconds += 1e-9 * (double)v[TIDE_KVC_DECODE_NS];
-    x->encode_bytes += v[TIDE_KVC_ENCODE_BYTES];
-    x->decode_bytes += v[TIDE_KVC_DECODE_BYTES];
-    x->host_hits += v[TIDE_KVC_HOST_HITS];
     x->processes += v[TIDE_KVC_PROCESSES];
 }
 
