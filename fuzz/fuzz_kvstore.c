@@ -4,6 +4,9 @@
  *     message or accepts a header whose fields are in range, and writing
  *     that header back gives the same 128 bytes (nothing is read that is
  *     not checked); the data checksum is checked over exactly shard_bytes.
+ *   - The input as a counters record (kvstore_fmt.h): refused with a
+ *     message, or accepted with counters that are not negative and that
+ *     write back to the same bytes.
  *   - The input as a coding job: its first bytes pick k, m and which shards
  *     are lost; the rest is the page. Encoding, losing up to m shards and
  *     decoding gives the page back; losing more is refused.
@@ -43,6 +46,20 @@ static void parse(const uint8_t *d, size_t n) {
     CHECK(memcmp(again, d, TIDE_KVS_HDR) == 0);
 }
 
+static void counters(const uint8_t *d, size_t n) {
+    tide_kvs_counters c;
+    tide_status st = {0};
+    if (tide_kvs_counters_parse(d, n, &c, &st) != 0) {
+        CHECK(st.msg[0] != 0);
+        return;
+    }
+    CHECK(n == TIDE_KVS_COUNTERS_BYTES && c.updated >= 0);
+    for (int i = 0; i < TIDE_KVS_NCOUNTERS; i++) CHECK(c.v[i] >= 0);
+    uint8_t again[TIDE_KVS_COUNTERS_BYTES];
+    tide_kvs_counters_write(&c, again);
+    CHECK(memcmp(again, d, n) == 0);
+}
+
 static void code(const uint8_t *d, size_t n) {
     if (n < 7) return;
     int k = 1 + d[0] % 12, m = d[1] % 5;
@@ -76,6 +93,7 @@ static void code(const uint8_t *d, size_t n) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     parse(d, n);
+    counters(d, n);
     code(d, n);
     return 0;
 }

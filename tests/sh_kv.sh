@@ -31,9 +31,13 @@ has bench '^shared store \(12 nodes, 10\+2\): write'
 S="$W/s/shared"
 expect 0 stat kv stat --store "$S"
 has stat '^pages 6 \(chat 6, agent 0\), .* 0 degraded'
+# the counters the bench's process persisted: 6 puts and 6 hits per store
+has stat '^counters of 1 processes: hits 6, misses 0 \(0 expired, 0 lost\), host-tier hits 0$'
+has stat '^puts 6 \(0 failed\), [0-9.]+ kB written, [0-9.]+ kB read, encode [0-9.]+ [kMG]?B/s, decode \(rebuilding shards\) [0-9.]+ [kMG]?B/s$'
 expect 0 stat1 kv stat --store "$W/s/ssd" --nodes 1
 has stat1 'erasure code 1\+0'
 has stat1 '^pages 6 '
+has stat1 '^counters of 1 processes: hits 6, '
 expect 0 ls kv ls --store "$S"
 [ "$(grep -c 'shards=12' "$W/ls.out")" = 6 ] || fail "ls: not 6 pages of 12 shards"
 expect 0 ls2 kv ls --store "$S" --limit 2
@@ -61,6 +65,16 @@ expect 0 gc2 kv gc --store "$S" --at $(($(date +%s) + 8 * 86400))
 has gc2 'deleted 5'
 has gc2 '^pages 0 '
 [ -z "$(ls "$S/node04")" ] || fail "gc left files in node04"
+# the counters of every process so far (bench, 3 verify, gc, gc2): verify
+# rebuilt 4 shards (one of them corrupt), the gcs deleted 5 expired pages;
+# 8 days on, the records older than a day were folded into record 0
+has gc2 '^counters of [0-9]+ processes: hits 6, '
+has gc2 '^puts 6 \(0 failed\)'
+has gc2 '^corrupt shards 1, shards repaired 4, evictions 0, expired pages deleted 5$'
+[ "$(ls -A "$S/node00" | grep -c '^\.stats\.')" = 2 ] || fail "gc2: not record 0 and gc2's own: $(ls -A "$S/node00")"
+[ -e "$S/node00/.stats.0000000000000000" ] || fail "gc2: no folded record"
+expect 0 stat3 kv stat --store "$S"
+has stat3 '^corrupt shards 1, shards repaired 4, evictions 0, expired pages deleted 5$'
 
 expect 2 bad1 kv frob --store "$S"
 has bad1 "unknown action 'frob'"

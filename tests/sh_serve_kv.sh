@@ -4,7 +4,8 @@
 # API key's class (--api-key KEY:agent), else --kv-class; /metrics shows
 # the tiers; after SIGTERM (the tiers flushed) `tide kv stat` counts the
 # pages by class and `tide kv gc --at` (a fake clock) deletes the agent
-# pages 4 days on (TTL 3 days) and the chat ones 8 days on (7 days).
+# pages 4 days on (TTL 3 days) and the chat ones 8 days on (7 days); the
+# server's counters are in the store for kv stat.
 # Usage: sh_serve_kv.sh TIDE_EXE SRC_DIR BIN_DIR
 set -uo pipefail
 tide=$1 src=$2
@@ -51,6 +52,9 @@ grep -q 'kv tiers: .* 8 pages written, 0 write errors, 0 dropped' "$work/serve.e
 st=$("$tide" kv stat --store "$S" --nodes 3 --ec 2+1)
 echo "$st"
 grep -q '^pages 8 (chat 4, agent 4)' <<<"$st" || { echo "FAIL: classes"; fail=1; }
+# the server's counters, persisted in the store (kv stat is a new process)
+grep -q '^counters of 1 processes: hits 0, ' <<<"$st" || { echo "FAIL: persisted counters"; fail=1; }
+grep -q '^puts 8 (0 failed), ' <<<"$st" || { echo "FAIL: persisted puts"; fail=1; }
 now=$(date +%s)
 gc=$("$tide" kv gc --store "$S" --nodes 3 --ec 2+1 --at $((now + 4 * 86400)))
 grep -q '^pages 8 deleted 4 ' <<<"$gc" || { echo "FAIL: gc 4 days on: $gc"; fail=1; }

@@ -375,6 +375,18 @@ static void test_disk_full(void **state) {
     clear_nodes(f);
 }
 
+/* Tiers over one or two stores (in lookup order), with a host LRU of host_bytes. */
+static tide_kvtiers *tiers_over(tide_kvstore *s0, tide_kvstore *s1, uint64_t host_bytes) {
+    tide_kvtiers_cfg tc = {0};
+    tc.host_bytes = host_bytes;
+    tc.stores[tc.n_stores++] = s0;
+    if (s1) tc.stores[tc.n_stores++] = s1;
+    tide_kvtiers *t;
+    tide_status st = {0};
+    if (tide_kvtiers_create(&tc, &t, &st) != 0) fail_msg("%s", st.msg);
+    return t;
+}
+
 /* A writer killed at a random moment: whatever reads back is exact. */
 static void test_kill9_writer(void **state) {
     fx *f = *state;
@@ -457,12 +469,7 @@ static void test_node_gone(void **state) {
                                       TIDE_KV_CHAT, 0, &st), 0);
 
     /* the tiers: store s refuses every page, s11 takes it */
-    tide_kvtiers_cfg tc = {0};
-    tc.stores[0] = s;
-    tc.stores[1] = s11;
-    tc.n_stores = 2;
-    tide_kvtiers *t;
-    assert_int_equal(tide_kvtiers_create(&tc, &t, &st), 0);
+    tide_kvtiers *t = tiers_over(s, s11, 0);
     const tide_kv_tier *h = tide_kvtiers_hooks(t);
     int32_t toks[24];
     uint8_t kv[712], back[712]; /* packed blocks: bytes */
@@ -640,6 +647,115 @@ static void test_shard_format(void **state) {
     assert_non_null(strstr(st.msg, "do not fit"));
 }
 
+static int count_records(const char *dir, const char *want) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    while (d && (de = readdir(d)) != NULL)
+        n += !strncmp(de->d_name, ".stats.", 7) && (!want || !strcmp(de->d_name, want));
+    if (d) closedir(d);
+    return n;
+}
+
+/* The counters every process persists (tide kv stat): a first process
+ * through the tiers (a host-tier hit) and directly (hits, a miss, a
+ * degraded read, a repair), a second one; a third process sums both
+ * records, saving twice counts once, a corrupt record is ignored, and gc
+ * two days later folds both into one record without changing the sums. */
+static void test_persisted_counters(void **state) {
+    fx *f = *state;
+    tide_status st = {0};
+    tide_kvstore *a = open_store(f, NODES, 0);
+    tide_kvtiers *t = tiers_over(a, NULL, 1 << 20);
+    const tide_kv_tier *h = tide_kvtiers_hooks(t);
+    int32_t toks[8];
+    uint8_t kv[300], back[300];
+    for (int i = 0; i < 8; i++) toks[i] = (int32_t)(tu_next(&f->r) % 1000);
+    for (int i = 0; i < 300; i++) kv[i] = (uint8_t)tu_next(&f->r);
+    tide_kv_page pg = {3, toks, 8, 8, 0, kv, 300, -1};
+    h->put(h->ctx, &pg);
+    tide_kvtiers_flush(t);
+    pg.data = back;
+    assert_int_equal(h->get(h->ctx, &pg), 1); /* from the host tier */
+    assert_memory_equal(back, kv, sizeof kv);
+    tide_kvtiers_destroy(t);
+    uint64_t base = 10 + tu_next(&f->r) % 1000;
+    for (uint64_t i = base; i < base + 5; i++) put_page(a, i, TIDE_KV_AGENT);
+    for (uint64_t i = base; i < base + 3; i++) assert_int_equal(read_page(a, i), 1);
+    assert_int_equal(read_page(a, base + 100), 0);
+    char p[1024];
+    shard_file(f, base + 3, 7, p, sizeof p);
+    corrupt(p, &f->r);
+    assert_int_equal(read_page(a, base + 3), 1);
+    tide_kvstore_report r;
+    assert_int_equal(tide_kvstore_repair(a, &r, &st), 0);
+    tide_kvstore_stats sa, sb, sum, again;
+    tide_kvstore_get_stats(a, &sa);
+    assert_int_equal(sa.host_hits, 1);
+    assert_int_equal(sa.hits, 4);
+    assert_int_equal(sa.repairs, 1);
+    assert_true(sa.corrupt_shards >= 1 && sa.puts == 6 && sa.misses == 1);
+    tide_kvstore_close(a); /* saves its record */
+    assert_int_equal(count_records(f->node[0], NULL), 1);
+
+    tide_kvstore *b = open_store(f, NODES, 0);
+    put_page(b, base + 20, TIDE_KV_CHAT);
+    assert_int_equal(read_page(b, base + 20), 1);
+    assert_int_equal(read_page(b, base + 4), 1);
+    tide_kvstore_get_stats(b, &sb);
+    assert_int_equal(tide_kvstore_load_counters(b, &sum, &st), 0);
+    assert_int_equal(sum.processes, 2);
+    assert_int_equal(sum.pages, 7);
+    assert_int_equal(sum.hits, sa.hits + sb.hits);
+    assert_int_equal(sum.misses, sa.misses + sb.misses);
+    assert_int_equal(sum.puts, sa.puts + sb.puts);
+    assert_int_equal(sum.bytes_written, sa.bytes_written + sb.bytes_written);
+    assert_int_equal(sum.bytes_read, sa.bytes_read + sb.bytes_read);
+    assert_int_equal(sum.encode_bytes, sa.encode_bytes + sb.encode_bytes);
+    assert_int_equal(sum.decode_bytes, sa.decode_bytes + sb.decode_bytes);
+    assert_int_equal(sum.repairs, 1);
+    assert_int_equal(sum.corrupt_shards, sa.corrupt_shards);
+    assert_int_equal(sum.host_hits, 1);
+    assert_true(sum.encode_seconds > 0 && sum.decode_seconds > 0);
+    assert_int_equal(tide_kvstore_save_counters(b, &st), 0);
+    assert_int_equal(tide_kvstore_save_counters(b, &st), 0); /* rewritten, not added */
+    tide_kvstore_close(b);
+    assert_int_equal(count_records(f->node[0], NULL), 2);
+
+    /* a third process, which counts nothing itself, sees both records */
+    tide_kvstore *c = open_store(f, NODES, 0);
+    snprintf(p, sizeof p, "%s/.stats.00000000000000ff", f->node[3]); /* not a record: ignored */
+    FILE *bad = fopen(p, "wb");
+    assert_non_null(bad);
+    fputs("not a counters record", bad);
+    fclose(bad);
+    assert_int_equal(tide_kvstore_load_counters(c, &again, &st), 0);
+    assert_int_equal(again.processes, 2);
+    assert_int_equal(again.hits, sum.hits);
+    assert_int_equal(again.bytes_written, sum.bytes_written);
+    assert_int_equal(again.host_hits, 1);
+    unlink(p);
+    /* gc now: the records are fresh and stay; 4 days later (the fake clock)
+     * they are folded into record 0, and the 5 agent pages expire */
+    assert_int_equal(tide_kvstore_gc(c, &r, &st), 0);
+    assert_int_equal(count_records(f->node[0], NULL), 2);
+    f->now += 4 * 86400;
+    assert_int_equal(tide_kvstore_gc(c, &r, &st), 0);
+    assert_int_equal(count_records(f->node[0], NULL), 1);
+    assert_int_equal(count_records(f->node[0], ".stats.0000000000000000"), 1);
+    assert_int_equal(tide_kvstore_load_counters(c, &again, &st), 0);
+    assert_int_equal(again.processes, 3); /* c counted the expired pages itself */
+    assert_int_equal(again.hits, sum.hits);
+    assert_int_equal(again.puts, sum.puts);
+    assert_int_equal(again.bytes_read, sum.bytes_read);
+    assert_int_equal(again.repairs, 1);
+    assert_int_equal(again.host_hits, 1);
+    assert_int_equal(again.expired, 5);
+    tide_kvstore_close(c);
+    f->now -= 4 * 86400;
+    clear_nodes(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_any_two_lost),
@@ -647,7 +763,7 @@ int main(void) {
         cmocka_unit_test(test_lru_capacity),      cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_kill9_writer),      cmocka_unit_test(test_node_gone),
         cmocka_unit_test(test_concurrent_read_write), cmocka_unit_test(test_bad_config),
-        cmocka_unit_test(test_shard_format),
+        cmocka_unit_test(test_shard_format),      cmocka_unit_test(test_persisted_counters),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 
 #define MAX_PATH 4096
 #define TMP_AGE 3600 /* temporary files older than this are a crash's leftovers */
+#define FOLD_AGE 86400 /* counters records not updated for this long belong to processes gone */
 
 typedef struct entry {
     tide_kvstore_entry e;
@@ -42,6 +44,7 @@ struct tide_kvstore {
     int n_pending;
     uint64_t tmp_seq;
     tide_kvstore_stats stats;
+    uint64_t counters_id; /* this process's counters record */
 };
 
 static double now_s(void) {
@@ -280,6 +283,17 @@ int tide_kvstore_open(const tide_kvstore_cfg *cfg, tide_kvstore **out, tide_stat
     }
     s->io.no_sync = s->io_rd.no_sync = cfg->no_sync;
     if (reindex(s, 0) != 0) goto nomem;
+    struct {
+        struct timespec t;
+        pid_t pid;
+        const void *self;
+        char host[64];
+    } who = {0};
+    clock_gettime(CLOCK_REALTIME, &who.t);
+    who.pid = getpid();
+    who.self = s;
+    gethostname(who.host, sizeof who.host - 1);
+    s->counters_id = tide_kvs_sum(&who, sizeof who) | 1; /* never 0: that is the folded record's */
     scan(s, 1);
     *out = s;
     return 0;
@@ -288,8 +302,15 @@ nomem:
     return tide_fail(st, TIDE_ERR_NOMEM, "kv store: out of memory");
 }
 
+static int has_counts(const tide_kvstore_stats *x);
+static void fold_counters(tide_kvstore *s);
+
 void tide_kvstore_close(tide_kvstore *s) {
     if (!s) return;
+    if (s->nodes && s->slots && has_counts(&s->stats)) {
+        tide_status st = {0};
+        if (tide_kvstore_save_counters(s, &st) != 0) tide_log(TIDE_LOG_WARN, "%s", st.msg);
+    }
     for (int i = 0; s->nodes && i < s->cfg.k + s->cfg.m; i++) free(s->nodes[i]);
     free(s->nodes);
     tide_kvs_ec_free(&s->ec);
@@ -465,11 +486,13 @@ static int decode_page(tide_kvstore *s, const entry *e, shards *sh, const uint8_
     int n = s->cfg.k + s->cfg.m, n_good = 0;
     for (int i = 0; i < n; i++) n_good += good[i];
     if (n_good < s->cfg.k) return 0;
-    double t0 = now_s();
     tide_status st = {0};
-    if (n_good < n && tide_kvs_ec_decode(&s->ec, sh->shard_bytes, sh->data, good, &st) != 0) return 0;
-    acc->decode_seconds += now_s() - t0;
-    acc->decode_bytes += (int64_t)e->e.page_bytes;
+    if (n_good < n) { /* the decode throughput counts rebuilds only (a whole page needs none) */
+        double t0 = now_s();
+        if (tide_kvs_ec_decode(&s->ec, sh->shard_bytes, sh->data, good, &st) != 0) return 0;
+        acc->decode_seconds += now_s() - t0;
+        acc->decode_bytes += (int64_t)e->e.page_bytes;
+    }
     uint8_t *page = out ? out : malloc(e->e.page_bytes);
     if (!page) return 0;
     for (uint64_t off = 0, i = 0; off < e->e.page_bytes; off += sh->shard_bytes, i++)
@@ -657,6 +680,7 @@ int tide_kvstore_gc(tide_kvstore *s, tide_kvstore_report *r, tide_status *st) {
     make_room(s, 0);
     r->deleted += s->stats.evictions - before;
     r->tmp_removed = scan(s, 0);
+    fold_counters(s);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -684,4 +708,227 @@ void tide_kvstore_get_stats(tide_kvstore *s, tide_kvstore_stats *out) {
             out->degraded += popcount(s->ents[i].mask) < s->cfg.k + s->cfg.m;
         }
     pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- persisted counters --------------------------------------------------- */
+
+/* The record's integer counters and where each lives in the statistics
+ * (the two times are kept in nanoseconds). */
+static const struct {
+    int idx;
+    size_t off;
+} INT_COUNTERS[] = {
+    {TIDE_KVC_HITS, offsetof(tide_kvstore_stats, hits)},
+    {TIDE_KVC_MISSES, offsetof(tide_kvstore_stats, misses)},
+    {TIDE_KVC_EXPIRED_MISSES, offsetof(tide_kvstore_stats, expired_misses)},
+    {TIDE_KVC_LOST, offsetof(tide_kvstore_stats, lost)},
+    {TIDE_KVC_PUTS, offsetof(tide_kvstore_stats, puts)},
+    {TIDE_KVC_PUT_ERRORS, offsetof(tide_kvstore_stats, put_errors)},
+    {TIDE_KVC_BYTES_WRITTEN, offsetof(tide_kvstore_stats, bytes_written)},
+    {TIDE_KVC_BYTES_READ, offsetof(tide_kvstore_stats, bytes_read)},
+    {TIDE_KVC_CORRUPT, offsetof(tide_kvstore_stats, corrupt_shards)},
+    {TIDE_KVC_REPAIRS, offsetof(tide_kvstore_stats, repairs)},
+    {TIDE_KVC_EVICTIONS, offsetof(tide_kvstore_stats, evictions)},
+    {TIDE_KVC_EXPIRED, offsetof(tide_kvstore_stats, expired)},
+    {TIDE_KVC_ENCODE_BYTES, offsetof(tide_kvstore_stats, encode_bytes)},
+    {TIDE_KVC_DECODE_BYTES, offsetof(tide_kvstore_stats, decode_bytes)},
+    {TIDE_KVC_HOST_HITS, offsetof(tide_kvstore_stats, host_hits)},
+};
+enum { N_INT_COUNTERS = sizeof INT_COUNTERS / sizeof INT_COUNTERS[0] };
+_Static_assert(N_INT_COUNTERS + 3 == TIDE_KVS_NCOUNTERS, "every counter: these, the two times and the processes");
+
+static int64_t int_counter(const tide_kvstore_stats *x, int i) {
+    return *(const int64_t *)((const char *)x + INT_COUNTERS[i].off);
+}
+
+/* The counters of this process's statistics x as a record's values. */
+static void counters_of(const tide_kvstore_stats *x, int64_t *v) {
+    for (int i = 0; i < N_INT_COUNTERS; i++) v[INT_COUNTERS[i].idx] = int_counter(x, i);
+    v[TIDE_KVC_ENCODE_NS] = (int64_t)(x->encode_seconds * 1e9);
+    v[TIDE_KVC_DECODE_NS] = (int64_t)(x->decode_seconds * 1e9);
+    v[TIDE_KVC_PROCESSES] = 1;
+}
+
+/* Adds a record's values to x. */
+static void add_counters(tide_kvstore_stats *x, const int64_t *v) {
+    for (int i = 0; i < N_INT_COUNTERS; i++) *(int64_t *)((char *)x + INT_COUNTERS[i].off) += v[INT_COUNTERS[i].idx];
+    x->encode_seconds += 1e-9 * (double)v[TIDE_KVC_ENCODE_NS];
+    x->decode_seconds += 1e-9 * (double)v[TIDE_KVC_DECODE_NS];
+    x->processes += v[TIDE_KVC_PROCESSES];
+}
+
+static int has_counts(const tide_kvstore_stats *x) {
+    int64_t v[TIDE_KVS_NCOUNTERS];
+    counters_of(x, v);
+    for (int i = 0; i < TIDE_KVS_NCOUNTERS; i++)
+        if (i != TIDE_KVC_PROCESSES && v[i] != 0) return 1;
+    return 0;
+}
+
+void tide_kvstore_set_host_hits(tide_kvstore *s, int64_t hits) {
+    pthread_mutex_lock(&s->mu);
+    s->stats.host_hits = hits;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Writes record bytes b under a temporary name in node i (fsynced unless
+ * no_sync); returns 0, or the errno (nothing left behind). */
+static int write_tmp_record(tide_kvstore *s, int i, const uint8_t *b, char tmp[MAX_PATH]) {
+    snprintf(tmp, MAX_PATH, "%s/.tmp.stats.%ld.%llu", s->nodes[i], (long)getpid(), (unsigned long long)++s->tmp_seq);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return errno;
+    int err = write(fd, b, TIDE_KVS_COUNTERS_BYTES) == TIDE_KVS_COUNTERS_BYTES && (s->cfg.no_sync || fsync(fd) == 0)
+                  ? 0
+                  : (errno ? errno : EIO);
+    if (close(fd) != 0 && !err) err = errno;
+    if (err) unlink(tmp);
+    return err;
+}
+
+static void record_path(const tide_kvstore *s, int i, uint64_t id, char out[MAX_PATH]) {
+    snprintf(out, MAX_PATH, "%s/.stats.%016llx", s->nodes[i], (unsigned long long)id);
+}
+
+/* Writes record c crash-safely (temporary file, rename) into the first
+ * node directory that takes it; *node = that one. */
+static int write_counters(tide_kvstore *s, const tide_kvs_counters *c, int *node, tide_status *st) {
+    uint8_t b[TIDE_KVS_COUNTERS_BYTES];
+    tide_kvs_counters_write(c, b);
+    int err = 0;
+    for (int i = 0; i < s->cfg.k + s->cfg.m; i++) {
+        char tmp[MAX_PATH], fin[MAX_PATH];
+        if ((err = write_tmp_record(s, i, b, tmp)) != 0) continue;
+        record_path(s, i, c->id, fin);
+        if (rename(tmp, fin) == 0) {
+            *node = i;
+            return 0;
+        }
+        err = errno;
+        unlink(tmp);
+    }
+    return tide_fail(st, TIDE_ERR_IO, "kv store: counters record %016llx: no node directory took it (%s)",
+                     (unsigned long long)c->id, strerror(err));
+}
+
+int tide_kvstore_save_counters(tide_kvstore *s, tide_status *st) {
+    pthread_mutex_lock(&s->mu);
+    tide_kvs_counters c = {s->counters_id, tide_kvstore_now(s), {0}};
+    counters_of(&s->stats, c.v);
+    int node = 0, rc = write_counters(s, &c, &node, st);
+    char p[MAX_PATH];
+    for (int i = 0; rc == 0 && i < node; i++) { /* an earlier node's copy is stale now */
+        record_path(s, i, c.id, p);
+        unlink(p);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+typedef struct {
+    tide_kvs_counters *r;
+    int n, cap;
+} records;
+
+/* Every counters record on disk, one per id: the copies of a record (a
+ * node that failed, then another) merged by taking each counter's largest
+ * value (a record's counts only grow). */
+static int read_records(tide_kvstore *s, records *out, tide_status *st) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < s->cfg.k + s->cfg.m; i++) {
+        DIR *d = opendir(s->nodes[i]);
+        if (!d) continue;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (strncmp(de->d_name, ".stats.", 7) || strlen(de->d_name) != 23) continue;
+            char path[MAX_PATH];
+            uint8_t b[TIDE_KVS_COUNTERS_BYTES + 1];
+            snprintf(path, sizeof path, "%s/%s", s->nodes[i], de->d_name);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0) continue;
+            ssize_t n = read(fd, b, sizeof b);
+            close(fd);
+            tide_kvs_counters c;
+            tide_status bad = {0};
+            char want[24];
+            if (n < 0 || tide_kvs_counters_parse(b, (size_t)n, &c, &bad) != 0 ||
+                (snprintf(want, sizeof want, ".stats.%016llx", (unsigned long long)c.id), strcmp(want, de->d_name))) {
+                tide_log(TIDE_LOG_WARN, "kv store: %s: %s (ignored)", path, bad.msg[0] ? bad.msg : "not its name's record");
+                continue;
+            }
+            int j = 0;
+            while (j < out->n && out->r[j].id != c.id) j++;
+            if (j == out->n) {
+                if (out->n == out->cap) {
+                    int cap = out->cap ? 2 * out->cap : 16;
+                    tide_kvs_counters *r = realloc(out->r, (size_t)cap * sizeof *r);
+                    if (!r) {
+                        closedir(d);
+                        free(out->r);
+                        return tide_fail(st, TIDE_ERR_NOMEM, "kv store: out of memory");
+                    }
+                    out->r = r;
+                    out->cap = cap;
+                }
+                out->r[out->n++] = c;
+                continue;
+            }
+            tide_kvs_counters *o = &out->r[j];
+            if (c.updated > o->updated) o->updated = c.updated;
+            for (int k = 0; k < TIDE_KVS_NCOUNTERS; k++)
+                if (c.v[k] > o->v[k]) o->v[k] = c.v[k];
+        }
+        closedir(d);
+    }
+    return 0;
+}
+
+int tide_kvstore_load_counters(tide_kvstore *s, tide_kvstore_stats *out, tide_status *st) {
+    records rec;
+    if (read_records(s, &rec, st) != 0) return -1;
+    tide_kvstore_get_stats(s, out);
+    out->processes = has_counts(out); /* every counter is 0 otherwise */
+    for (int i = 0; i < rec.n; i++)
+        if (rec.r[i].id != s->counters_id) add_counters(out, rec.r[i].v); /* our own is counted live */
+    free(rec.r);
+    return 0;
+}
+
+/* gc's part: records not updated for FOLD_AGE are summed into record 0.
+ * The new record 0 is written under a temporary name, the folded records
+ * deleted, then it is renamed into place. Under mu. */
+static void fold_counters(tide_kvstore *s) {
+    records rec;
+    tide_status st = {0};
+    if (read_records(s, &rec, &st) != 0) return;
+    int64_t now = tide_kvstore_now(s);
+    tide_kvs_counters total = {0, now, {0}};
+    int folded = 0;
+    for (int i = 0; i < rec.n; i++) {
+        tide_kvs_counters *c = &rec.r[i];
+        int old = c->id != s->counters_id && c->updated < now - FOLD_AGE;
+        if (c->id != 0 && !old) continue;
+        for (int k = 0; k < TIDE_KVS_NCOUNTERS; k++) total.v[k] += c->v[k];
+        folded += c->id != 0;
+        c->updated = -1; /* folded into the total: its files go */
+    }
+    if (folded > 0) {
+        uint8_t b[TIDE_KVS_COUNTERS_BYTES];
+        tide_kvs_counters_write(&total, b);
+        char tmp[MAX_PATH], fin[MAX_PATH], p[MAX_PATH];
+        for (int i = 0; i < s->cfg.k + s->cfg.m; i++) {
+            if (write_tmp_record(s, i, b, tmp) != 0) continue;
+            record_path(s, i, 0, fin);
+            for (int r = 0; r < rec.n; r++) /* every copy of what the total now holds */
+                for (int j = 0; rec.r[r].updated == -1 && j < s->cfg.k + s->cfg.m; j++) {
+                    record_path(s, j, rec.r[r].id, p);
+                    if (strcmp(p, fin)) unlink(p);
+                }
+            if (rename(tmp, fin) != 0) {
+                tide_log(TIDE_LOG_WARN, "kv store: %s: %s (the folded counts are lost)", fin, strerror(errno));
+                unlink(tmp);
+            }
+            break;
+        }
+    }
+    free(rec.r);
 }

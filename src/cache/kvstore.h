@@ -69,6 +69,8 @@ typedef struct tide_kvstore_stats {
     int64_t corrupt_shards, repairs, evictions, expired;
     double encode_seconds, decode_seconds; /* with the bytes they coded */
     int64_t encode_bytes, decode_bytes;
+    int64_t host_hits;             /* the host tier's hits (tide_kvstore_set_host_hits) */
+    int64_t processes;             /* tide_kvstore_load_counters: process records summed */
 } tide_kvstore_stats;
 
 typedef struct tide_kvstore tide_kvstore;
@@ -116,7 +118,24 @@ typedef struct tide_kvstore_entry {
  * call the store). */
 void tide_kvstore_each(tide_kvstore *s, void (*fn)(void *ctx, const tide_kvstore_entry *e), void *ctx);
 
+/* This process's counts (since open) and the index's figures. */
 void tide_kvstore_get_stats(tide_kvstore *s, tide_kvstore_stats *out);
+
+/* Persisted counters (the counters record of kvstore_fmt.h): every process
+ * that counted something keeps one record in the store, rewritten by
+ * tide_kvstore_save_counters (the tiers' upkeep calls it, and close), so
+ * that `tide kv stat` shows what the store did across processes and
+ * restarts. load_counters is get_stats with the counters summed over every
+ * record on disk and this process's own (out->processes says how many). gc
+ * folds the records not updated for a day (their processes are gone) into
+ * one. Monitoring figures: a crash between a fold's deletes and its rename,
+ * or two folds at once on two hosts, may lose counts; a process silent for a
+ * day that then saves again is counted twice. */
+int tide_kvstore_save_counters(tide_kvstore *s, tide_status *st);
+int tide_kvstore_load_counters(tide_kvstore *s, tide_kvstore_stats *out, tide_status *st);
+/* The host tier's hits in this process, kept with the store's counters
+ * (the tiers set it: host hits are a tier's, not a store's). */
+void tide_kvstore_set_host_hits(tide_kvstore *s, int64_t hits);
 int64_t tide_kvstore_now(const tide_kvstore *s);
 int tide_kvstore_k(const tide_kvstore *s);
 int tide_kvstore_m(const tide_kvstore *s);

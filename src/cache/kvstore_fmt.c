@@ -110,6 +110,38 @@ int tide_kvs_shard_parse(const uint8_t *buf, size_t n, tide_kvs_hdr *h, const ui
     return 0;
 }
 
+static const char CMAGIC[8] = {'T', 'I', 'D', 'E', 'K', 'V', 'C', '1'};
+
+void tide_kvs_counters_write(const tide_kvs_counters *c, uint8_t out[TIDE_KVS_COUNTERS_BYTES]) {
+    memset(out, 0, TIDE_KVS_COUNTERS_BYTES);
+    memcpy(out, CMAGIC, 8);
+    put32(out + 8, 1);
+    put32(out + 12, TIDE_KVS_NCOUNTERS);
+    put64(out + 16, c->id);
+    put64(out + 24, (uint64_t)c->updated);
+    for (int i = 0; i < TIDE_KVS_NCOUNTERS; i++) put64(out + 32 + 8 * i, (uint64_t)c->v[i]);
+    put64(out + TIDE_KVS_COUNTERS_BYTES - 8, tide_kvs_sum(out, TIDE_KVS_COUNTERS_BYTES - 8));
+}
+
+int tide_kvs_counters_parse(const uint8_t *b, size_t n, tide_kvs_counters *c, tide_status *st) {
+    if (n != TIDE_KVS_COUNTERS_BYTES)
+        return tide_fail(st, TIDE_ERR_FORMAT, "kv counters: %zu bytes (a record has %d)", n, TIDE_KVS_COUNTERS_BYTES);
+    if (memcmp(b, CMAGIC, 8) != 0) return tide_fail(st, TIDE_ERR_FORMAT, "kv counters: bad magic");
+    if (get32(b + 8) != 1 || get32(b + 12) != TIDE_KVS_NCOUNTERS)
+        return tide_fail(st, TIDE_ERR_UNSUPPORTED, "kv counters: version %u with %u counters (this build reads 1 with %d)",
+                         get32(b + 8), get32(b + 12), TIDE_KVS_NCOUNTERS);
+    if (get64(b + TIDE_KVS_COUNTERS_BYTES - 8) != tide_kvs_sum(b, TIDE_KVS_COUNTERS_BYTES - 8))
+        return tide_fail(st, TIDE_ERR_FORMAT, "kv counters: checksum mismatch");
+    c->id = get64(b + 16);
+    c->updated = (int64_t)get64(b + 24);
+    for (int i = 0; i < TIDE_KVS_NCOUNTERS; i++) {
+        c->v[i] = (int64_t)get64(b + 32 + 8 * i);
+        if (c->v[i] < 0) return tide_fail(st, TIDE_ERR_FORMAT, "kv counters: counter %d is negative", i);
+    }
+    if (c->updated < 0) return tide_fail(st, TIDE_ERR_FORMAT, "kv counters: negative time");
+    return 0;
+}
+
 void tide_kvs_key_hex(tide_kvs_key k, char out[33]) {
     static const char hx[] = "0123456789abcdef";
     for (int i = 0; i < 16; i++) out[i] = hx[(k.hi >> (60 - 4 * i)) & 15];

@@ -71,6 +71,36 @@ int tide_kvs_shard_parse(const uint8_t *buf, size_t n, tide_kvs_hdr *h, const ui
 
 uint64_t tide_kvs_sum(const void *p, size_t n);
 
+/* A store's persisted counters (docs/kvstore.md section 6): one record
+ * per process that used the store, the file `.stats.<id as 16 hex digits>`
+ * in the first node directory that takes it, rewritten whole (temporary
+ * file, rename) as its counts grow; record id 0 holds the counts of
+ * processes folded in by gc. TIDE_KVS_COUNTERS_BYTES bytes, little endian:
+ *
+ *   0  magic "TIDEKVC1"            24 updated (the store's clock, seconds)
+ *   8  version (1), u32            32 the counters, TIDE_KVS_NCOUNTERS x u64
+ *  12  counter count, u32         176 xxh3-64 of bytes [0, 176)
+ *  16  record id, u64 */
+enum {
+    TIDE_KVC_HITS, TIDE_KVC_MISSES, TIDE_KVC_EXPIRED_MISSES, TIDE_KVC_LOST, TIDE_KVC_PUTS, TIDE_KVC_PUT_ERRORS,
+    TIDE_KVC_BYTES_WRITTEN, TIDE_KVC_BYTES_READ, TIDE_KVC_CORRUPT, TIDE_KVC_REPAIRS, TIDE_KVC_EVICTIONS,
+    TIDE_KVC_EXPIRED, TIDE_KVC_ENCODE_NS, TIDE_KVC_DECODE_NS, TIDE_KVC_ENCODE_BYTES, TIDE_KVC_DECODE_BYTES,
+    TIDE_KVC_HOST_HITS, TIDE_KVC_PROCESSES,
+    TIDE_KVS_NCOUNTERS
+};
+#define TIDE_KVS_COUNTERS_BYTES (32 + 8 * TIDE_KVS_NCOUNTERS + 8)
+
+typedef struct tide_kvs_counters {
+    uint64_t id;
+    int64_t updated;
+    int64_t v[TIDE_KVS_NCOUNTERS]; /* each >= 0 */
+} tide_kvs_counters;
+
+void tide_kvs_counters_write(const tide_kvs_counters *c, uint8_t out[TIDE_KVS_COUNTERS_BYTES]);
+/* Refuses (with a message) anything but a whole, checksummed record of this
+ * version whose counters are not negative. */
+int tide_kvs_counters_parse(const uint8_t *buf, size_t n, tide_kvs_counters *c, tide_status *st);
+
 /* "<32 hex digits>" (33 bytes with the NUL) and back. */
 void tide_kvs_key_hex(tide_kvs_key k, char out[33]);
 int tide_kvs_key_parse(const char *s, tide_kvs_key *k);

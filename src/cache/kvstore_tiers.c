@@ -128,7 +128,18 @@ static void write_page(tide_kvtiers *t, hpage *p) {
     }
 }
 
-/* Expiry sweep and background repair of every store, every sweep_s. */
+/* Store i's counters, with the host tier's hits, persisted (kvstore.h). */
+static void save_counters(tide_kvtiers *t, int i) {
+    tide_status st = {0};
+    pthread_mutex_lock(&t->mu);
+    int64_t host_hits = t->stats.host_hits;
+    pthread_mutex_unlock(&t->mu);
+    tide_kvstore_set_host_hits(t->cfg.stores[i], host_hits);
+    if (tide_kvstore_save_counters(t->cfg.stores[i], &st) != 0) tide_log(TIDE_LOG_WARN, "kv tiers: %s", st.msg);
+}
+
+/* Expiry sweep, background repair and the counters of every store, every
+ * sweep_s. */
 static void upkeep(tide_kvtiers *t) {
     int64_t now = (int64_t)time(NULL);
     if (now - t->last_sweep < t->cfg.sweep_s) return;
@@ -138,6 +149,7 @@ static void upkeep(tide_kvtiers *t) {
         tide_status st = {0};
         tide_kvstore_gc(t->cfg.stores[i], &r, &st);
         tide_kvstore_repair(t->cfg.stores[i], &r, &st);
+        save_counters(t, i);
     }
     t->stats.sweeps++;
 }
@@ -467,6 +479,8 @@ void tide_kvtiers_destroy(tide_kvtiers *t) {
     }
     while (t->jobs) forget_hook(t, t->jobs->ticket);
     while (t->lru_head) host_drop(t, t->lru_head);
+    for (int i = 0; i < t->cfg.n_stores; i++) /* saved with the store's counters when it closes */
+        tide_kvstore_set_host_hits(t->cfg.stores[i], t->stats.host_hits);
     pthread_cond_destroy(&t->rcv);
     pthread_cond_destroy(&t->cv);
     pthread_cond_destroy(&t->idle);

@@ -32,7 +32,7 @@ int kv_cli_store_cfg(kv_cli_store *o, tide_kvstore_cfg *cfg, tide_status *st) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tide kv stat|ls|verify|gc --store ROOT [options]\n\n"
-               "  stat     pages, bytes, traffic classes, degraded pages\n"
+               "  stat     pages, bytes, traffic classes, degraded pages; the counters every process persisted\n"
                "  ls       one line per page: key, chain hash, class, bytes, shards, created, expires\n"
                "  verify   read every page, rebuild missing or corrupt shards from parity (exit 1 if a page is lost)\n"
                "  gc       delete expired and unreadable pages and a crash's temporary files; evict down to --capacity-mib\n\n"
@@ -119,12 +119,28 @@ int tide_cmd_kv(int argc, char **argv) {
     }
     if (!strcmp(verb, "stat") || !strcmp(verb, "gc")) {
         tide_kvstore_stats ss;
-        tide_kvstore_get_stats(s, &ss);
-        char b[32];
+        if (tide_kvstore_load_counters(s, &ss, &st) != 0) {
+            fprintf(stderr, "tide kv %s: %s\n", verb, st.msg);
+            tide_kvstore_close(s);
+            return TIDE_EXIT_FAIL;
+        }
+        char b[32], b2[32], b3[32], b4[32];
         printf("store %s: %d nodes, erasure code %d+%d\n", so.root, cfg.n_nodes, tide_kvstore_k(s), tide_kvstore_m(s));
         printf("pages %lld (chat %lld, agent %lld), %s on disk, %lld degraded, %lld foreign or unreadable files\n",
                (long long)ss.pages, (long long)ss.pages_class[TIDE_KV_CHAT], (long long)ss.pages_class[TIDE_KV_AGENT],
                tide_bench_si((double)ss.bytes, "B", b, sizeof b), (long long)ss.degraded, (long long)ss.foreign);
+        /* the counters every process that used the store persisted (kvstore.h) */
+        printf("counters of %lld processes: hits %lld, misses %lld (%lld expired, %lld lost), host-tier hits %lld\n",
+               (long long)ss.processes, (long long)ss.hits, (long long)ss.misses, (long long)ss.expired_misses,
+               (long long)ss.lost, (long long)ss.host_hits);
+        printf("puts %lld (%lld failed), %s written, %s read, encode %s/s, decode (rebuilding shards) %s/s\n",
+               (long long)ss.puts,
+               (long long)ss.put_errors, tide_bench_si((double)ss.bytes_written, "B", b, sizeof b),
+               tide_bench_si((double)ss.bytes_read, "B", b2, sizeof b2),
+               tide_bench_si(ss.encode_seconds > 0 ? (double)ss.encode_bytes / ss.encode_seconds : 0, "B", b3, sizeof b3),
+               tide_bench_si(ss.decode_seconds > 0 ? (double)ss.decode_bytes / ss.decode_seconds : 0, "B", b4, sizeof b4));
+        printf("corrupt shards %lld, shards repaired %lld, evictions %lld, expired pages deleted %lld\n",
+               (long long)ss.corrupt_shards, (long long)ss.repairs, (long long)ss.evictions, (long long)ss.expired);
     }
     tide_kvstore_close(s);
     return rc;
