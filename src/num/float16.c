@@ -13,7 +13,6 @@ uint16_t tide_f32_to_bf16(float x) { return tide_bf16_enc(x); }
 
 float tide_bf16_to_f32(uint16_t h) { return tide_bf16_dec(h); }
 
-float tide_round_bf16(float x) { return tide_bf16_dec(tide_bf16_enc(x)); }
 
 /* The row forms run in chunks with a constant trip count, and split the
  * f32 <-> u16 width change into its own loop, so that gcc -O2 vectorises

@@ -29,10 +29,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "num/num_inline.h"
+
 /* ---- scalars ---- */
 uint16_t tide_f32_to_bf16(float x);
 float tide_bf16_to_f32(uint16_t h);
-float tide_round_bf16(float x); /* f32 -> bf16 -> f32 */
+/* f32 -> bf16 -> f32, inline: the CPU forward calls it per element in its
+ * hottest loops (the indexer's scores, attention's probabilities). */
+static inline float tide_round_bf16(float x) { return tide_bf16_dec(tide_bf16_enc(x)); }
 uint16_t tide_f32_to_f16(float x);
 float tide_f16_to_f32(uint16_t h);
 
