@@ -41,10 +41,10 @@ static void report(const char *name, const tide_sim_result *r) {
     double hit = r->prompt_tokens ? 100.0 * (double)r->hit_tokens / (double)r->prompt_tokens : 0;
     printf("%s:\n", name);
     printf("  prefix-cache hit rate   %.1f %% of prompt tokens\n", hit);
-    printf("  prefill balancedness    %.3f (ideal %.3f): %.1f %% of ideal\n", r->bal_prefill, r->ideal_prefill,
-           100 * r->bal_prefill / r->ideal_prefill);
-    printf("  decode balancedness     %.3f (ideal %.3f): %.1f %% of ideal\n", r->bal_decode, r->ideal_decode,
-           100 * r->bal_decode / r->ideal_decode);
+    printf("  prefill balancedness    %.3f (ideal %.3f, bound %.3f): %.1f %% of ideal\n", r->bal_prefill,
+           r->ideal_prefill, r->bound_prefill, 100 * r->bal_prefill / r->ideal_prefill);
+    printf("  decode balancedness     %.3f (ideal %.3f, bound %.3f): %.1f %% of ideal\n", r->bal_decode,
+           r->ideal_decode, r->bound_decode, 100 * r->bal_decode / r->ideal_decode);
     printf("  TTFT p50/p90/p99        %.3f / %.3f / %.3f s\n", r->ttft[0], r->ttft[1], r->ttft[2]);
     printf("  TPOT p50/p90/p99        %.2f / %.2f / %.2f ms\n", r->tpot[0] * 1e3, r->tpot[1] * 1e3, r->tpot[2] * 1e3);
     printf("  last token at           %.1f s\n", r->makespan_s);

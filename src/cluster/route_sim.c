@@ -122,10 +122,12 @@ static double mean_over_max(const double *load, int m) {
     return mx > 0 ? s / m / mx : 1;
 }
 
-/* Work-weighted mean over windows of (mean / max load): placed, and LPT. */
-static void balancedness(job *jobs, int64_t n, int m, double *placed, double *ideal) {
+/* Work-weighted mean over windows of (mean / max load): placed, and LPT;
+ * *bound: what no assignment can beat, mean / max(mean, the window's
+ * largest job). */
+static void balancedness(job *jobs, int64_t n, int m, double *placed, double *ideal, double *bound) {
     qsort(jobs, (size_t)n, sizeof *jobs, by_window_then_work);
-    double wsum = 0, ps = 0, is = 0;
+    double wsum = 0, ps = 0, is = 0, bs = 0;
     double a[TIDE_ROUTE_MAX_REPLICAS], b[TIDE_ROUTE_MAX_REPLICAS];
     for (int64_t i = 0; i < n;) {
         int64_t j = i;
@@ -142,11 +144,14 @@ static void balancedness(job *jobs, int64_t n, int m, double *placed, double *id
         }
         ps += w * mean_over_max(a, m);
         is += w * mean_over_max(b, m);
+        double mean = w / m, big = jobs[i].work; /* longest first */
+        bs += w * (mean > 0 ? mean / (big > mean ? big : mean) : 1);
         wsum += w;
         i = j;
     }
     *placed = wsum > 0 ? ps / wsum : 1;
     *ideal = wsum > 0 ? is / wsum : 1;
+    *bound = wsum > 0 ? bs / wsum : 1;
 }
 
 typedef struct active {
@@ -267,8 +272,8 @@ int tide_sim_run(const tide_trace *t, const tide_sim_config *c, tide_sim_result 
         dj[o] = (job){(int64_t)(now / c->window_s), k - P, dwork};
     }
     out->requests = n;
-    balancedness(pj, n, P, &out->bal_prefill, &out->ideal_prefill);
-    balancedness(dj, n, D, &out->bal_decode, &out->ideal_decode);
+    balancedness(pj, n, P, &out->bal_prefill, &out->ideal_prefill, &out->bound_prefill);
+    balancedness(dj, n, D, &out->bal_decode, &out->ideal_decode, &out->bound_decode);
     tide_stats_sort(ttft, n);
     tide_stats_sort(tpot, n_tpot);
     static const double ps[3] = {50, 90, 99};

@@ -43,6 +43,7 @@ typedef struct tide_sim_result {
     int64_t prompt_tokens, hit_tokens; /* hit rate = hit / prompt */
     double bal_prefill, ideal_prefill; /* mean / max, work-weighted over windows */
     double bal_decode, ideal_decode;
+    double bound_prefill, bound_decode; /* no assignment beats mean / max(mean, largest job) */
     double ttft[3], tpot[3];           /* p50, p90, p99 (seconds) */
     double makespan_s;
 } tide_sim_result;
