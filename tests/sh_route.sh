@@ -162,6 +162,18 @@ done
 [ "$(metric "$R" tide_route_disaggregated_total)" -ge 1 ] || bad "router: tide_route_disaggregated_total is 0"
 
 phase "disaggregation done"
+# ---- 4b. tide bench route against the real replicas: the trace's first requests ----
+out=$(timeout 300 "$tide" bench route --trace "$data/mooncake_synth.jsonl" --url "$R" --model "$work/tiny" \
+  --api-key test-key --requests 8 --speedup 20 --block-tokens 2 --max-output 2 --window 5 2>&1) ||
+  bad "bench route --url: $out"
+echo "$out"
+for p in '^live: .* 4 replicas, 8 requests' 'requests +8 done, 0 failed' 'TTFT p50/p90/p99 +[0-9.]+ / ' \
+         'TPOT p50/p90/p99 +[0-9.]+ / ' 'prefill balancedness +[0-9.]+ per window' 'decode +balancedness +[0-9.]+ per window'; do
+  grep -Eq "$p" <<<"$out" || bad "bench route --url: no /$p/"
+done
+out=$("$tide" bench route --trace "$data/mooncake_synth.jsonl" --url "$R" 2>&1) && bad "bench route --url without --model accepted"
+grep -q 'needs --model' <<<"$out" || bad "bench route --url without --model: $out"
+
 # ---- 3. (cont.) the clients, then a decode replica killed mid-run ----
 timeout 600 node "$npm/route_clients.mjs" "$R" "http://127.0.0.1:$port_single" test-key "$pid_d1" || fail=1
 for _ in $(seq 50); do
