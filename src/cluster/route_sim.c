@@ -156,12 +156,12 @@ static void balancedness(job *jobs, int64_t n, int m, double *placed, double *id
 
 typedef struct active {
     double end;
-    int64_t ctx;
+    int64_t prompt, ctx; /* ctx: prompt + output, what the cost model charges */
 } active;
 
 typedef struct decoding {
     active *a;
-    int64_t n, cap;
+    int64_t n, cap, ctx;
 } decoding;
 
 static int by_finish(const void *a, const void *b) {
@@ -241,17 +241,23 @@ int tide_sim_run(const tide_trace *t, const tide_sim_config *c, tide_sim_result 
             v[r] = (tide_route_view){.role = r < P ? TIDE_ROLE_PREFILL : TIDE_ROLE_DECODE, .up = 1};
             if (r < P) continue;
             decoding *d = &dec[r];
-            int64_t keep = 0, ctx = 0;
+            int64_t keep = 0, seen = 0, ctx = 0;
             for (int64_t a = 0; a < d->n; a++)
-                if (d->a[a].end > now) d->a[keep++] = d->a[a], ctx += d->a[a].ctx;
+                if (d->a[a].end > now) {
+                    d->a[keep++] = d->a[a];
+                    seen += d->a[a].prompt;
+                    ctx += d->a[a].ctx;
+                }
             d->n = keep;
+            d->ctx = ctx;
             v[r].running = (double)keep;
-            v[r].context_tokens = (double)ctx;
+            /* the context a router counts: the prompts (it does not know the outputs' lengths) */
+            v[r].context_tokens = (double)seen;
         }
         int k = tide_route_place_decode(&pl, v, N, TIDE_ROLE_DECODE);
         decoding *d = &dec[k];
         double step = c->decode_step_s + c->decode_s_per_seq * (v[k].running + 1) +
-                      c->decode_s_per_ctx_token * (v[k].context_tokens + (double)q->in_len);
+                      c->decode_s_per_ctx_token * (double)(d->ctx + q->in_len);
         if (d->n == d->cap) {
             int64_t nc = d->cap ? 2 * d->cap : 64;
             active *na = realloc(d->a, (size_t)nc * sizeof *na);
@@ -263,7 +269,7 @@ int tide_sim_run(const tide_trace *t, const tide_sim_config *c, tide_sim_result 
             d->cap = nc;
         }
         double end = now + (double)q->out_len * step;
-        d->a[d->n++] = (active){end, q->in_len + q->out_len};
+        d->a[d->n++] = (active){end, q->in_len, q->in_len + q->out_len};
         ttft[i] += step;
         if (q->out_len > 1) tpot[n_tpot++] = step;
         if (end > out->makespan_s) out->makespan_s = end;
