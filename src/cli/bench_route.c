@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "base/log.h"
 #include "bench/stats.h"
 #include "bench/workload.h"
 #include "cli/bench.h"
@@ -24,10 +24,11 @@ static void usage(FILE *f) {
             "\n"
             "Replays a request trace through the router's placement (the code tide route\n"
             "runs) in simulation, over P prefill and D decode replicas with a cost model\n"
-            "(docs/route.md section 5). Prints per placement mode: the prefix-cache hit rate\n"
+            "(docs/route.md section 6). Prints per placement mode: the prefix-cache hit rate\n"
             "(prompt tokens found in the chosen prefill replica's cache), the balancedness\n"
             "of the prefill and decode pools (mean / max work per window, work-weighted)\n"
-            "next to the ideal offline assignment's (longest job first) and their ratio,\n"
+            "next to the ideal offline assignment's (longest job first), the bound no\n"
+            "assignment beats (mean / max(mean, largest job)) and our ratio to the ideal,\n"
             "and TTFT and TPOT percentiles.\n"
             "Trace formats: Mooncake JSONL ({\"timestamp\" ms, \"input_length\",\n"
             "\"output_length\", \"hash_ids\"}, 512 tokens a hash id) or the Azure LLM\n"
@@ -141,12 +142,6 @@ static int64_t live_fed(const char *url) {
     return v;
 }
 
-static double live_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void live_event(live_req *q, const char *d, size_t n) {
     if (n == 6 && !memcmp(d, "[DONE]", 6)) {
         q->done = 1;
@@ -156,7 +151,7 @@ static void live_event(live_req *q, const char *d, size_t n) {
     if (!o || json_object_get(o, "error")) q->bad = 1;
     const char *text = json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "text"));
     if (text && *text) {
-        q->t_last = live_now();
+        q->t_last = tide_now_seconds();
         if (q->t_first == 0) q->t_first = q->t_last;
     }
     json_t *u = json_object_get(json_object_get(o, "usage"), "completion_tokens");
@@ -252,6 +247,20 @@ static void live_window(live_rep *reps, int n, double *bal, double *wsum) {
     }
 }
 
+/* The next finished transfer of m (NULL: none yet), with its status and result. */
+static live_req *live_done(CURLM *m, long *code, CURLcode *res) {
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(m, &left)) && msg->msg != CURLMSG_DONE) {
+    }
+    if (!msg) return NULL;
+    live_req *q = NULL;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, code);
+    *res = msg->data.result;
+    return q;
+}
+
 static int live_run(const tide_trace *t, const live_opts *o) {
     tide_status st = {0};
     tide_config cfg;
@@ -287,11 +296,11 @@ static int live_run(const tide_trace *t, const live_opts *o) {
            o->url, n_reps, (long long)n, (long long)o->block_tokens, (long long)o->max_output, o->time_scale,
            (long long)o->window);
     fflush(stdout);
-    double t0 = live_now(), next_window = t0 + (double)o->window, bal[3] = {0}, wsum[3] = {0};
+    double t0 = tide_now_seconds(), next_window = t0 + (double)o->window, bal[3] = {0}, wsum[3] = {0};
     int64_t next = 0, running = 0, finished = 0, errors = 0, n_ttft = 0, n_tpot = 0;
     char first_error[256] = "";
     while (finished < n) {
-        double now = live_now();
+        double now = tide_now_seconds();
         while (next < n && now - t0 >= t->reqs[next].t / o->time_scale) {
             live_req *q = &qs[next];
             tide_sb_init(&q->line);
@@ -302,50 +311,46 @@ static int live_run(const tide_trace *t, const live_opts *o) {
                 rc = TIDE_EXIT_FAIL;
                 goto out;
             }
+            curl_easy_setopt(q->h, CURLOPT_PRIVATE, q); /* the transfer is q's */
+            curl_easy_setopt(q->h, CURLOPT_WRITEDATA, q);
+            curl_easy_setopt(q->h, CURLOPT_WRITEFUNCTION, live_bytes);
+            curl_easy_setopt(q->h, CURLOPT_NOSIGNAL, 1L);
+            q->t_send = tide_now_seconds();
             curl_easy_setopt(q->h, CURLOPT_URL, url);
             curl_easy_setopt(q->h, CURLOPT_HTTPHEADER, hdr);
             curl_easy_setopt(q->h, CURLOPT_POSTFIELDS, q->body);
-            curl_easy_setopt(q->h, CURLOPT_WRITEFUNCTION, live_bytes);
-            curl_easy_setopt(q->h, CURLOPT_WRITEDATA, q);
-            curl_easy_setopt(q->h, CURLOPT_PRIVATE, q);
-            curl_easy_setopt(q->h, CURLOPT_NOSIGNAL, 1L);
-            curl_easy_setopt(q->h, CURLOPT_TIMEOUT, 3600L);
-            q->t_send = live_now();
+            curl_easy_setopt(q->h, CURLOPT_TIMEOUT, 3600L); /* a replica that hangs does not hang the run */
             curl_multi_add_handle(m, q->h);
             next++, running++;
         }
         int still = 0;
         curl_multi_perform(m, &still);
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(m, &left))) {
-            if (msg->msg != CURLMSG_DONE) continue;
-            live_req *q;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
-            long code = 0;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &code);
-            if (msg->data.result != CURLE_OK || code != 200 || !q->done || q->bad || q->t_first == 0) {
+        live_req *q;
+        long code = 0;
+        CURLcode res = CURLE_OK;
+        while ((q = live_done(m, &code, &res))) {
+            if (res != CURLE_OK || code != 200 || !q->done || q->bad || q->t_first == 0) {
                 if (!errors++)
                     snprintf(first_error, sizeof first_error, "request %lld: %s, HTTP %ld%s",
-                             (long long)(q - qs), curl_easy_strerror(msg->data.result), code,
+                             (long long)(q - qs), curl_easy_strerror(res), code,
                              q->done ? (q->bad ? ", an error event" : "") : ", no [DONE]");
             } else {
                 ttft[n_ttft++] = q->t_first - q->t_send;
                 if (q->tokens > 1) tpot[n_tpot++] = (q->t_last - q->t_first) / (double)(q->tokens - 1);
             }
-            curl_multi_remove_handle(m, msg->easy_handle);
+            curl_multi_remove_handle(m, q->h);
             curl_easy_cleanup(q->h);
             q->h = NULL;
             running--, finished++;
         }
-        if (live_now() >= next_window) {
+        if (tide_now_seconds() >= next_window) {
             live_window(reps, n_reps, bal, wsum);
             next_window += (double)o->window;
         }
         curl_multi_poll(m, NULL, 0, 10, NULL);
     }
     live_window(reps, n_reps, bal, wsum);
-    double wall = live_now() - t0;
+    double wall = tide_now_seconds() - t0;
     tide_stats_sort(ttft, n_ttft);
     tide_stats_sort(tpot, n_tpot);
     printf("  requests                %lld done, %lld failed%s%s in %.1f s\n", (long long)(n - errors),

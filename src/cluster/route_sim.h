@@ -1,5 +1,5 @@
 /* Trace replay through the placer in simulation (`tide bench route`,
- * docs/route.md section 5): a disaggregated pool of P prefill and D decode
+ * docs/route.md section 6): a disaggregated pool of P prefill and D decode
  * replicas, each with a cost model, fed a trace's requests at their times.
  *
  * Prefill replica: one FIFO queue; a request costs prefill_overhead_s +
