@@ -553,19 +553,19 @@ static int conn_error(CURLcode c) {
  * a resumed leg started (under mu). */
 static int try_resume(tide_router *r, fwd *f) {
     if (!f->rq.resumable || f->stop_resume || f->diverged || f->resumes >= r->cfg.retries) return 0;
-    char was[TIDE_ROUTE_URL_MAX];
-    snprintf(was, sizeof was, "%s", r->reps[f->replica].cfg.url);
+    int was = f->replica;
     f->replica = -1;
     f->resumes++;
     f->catching = f->sent.len ? 1 : 2;
     f->got = 0;
     tide_sb_reset(&f->ev);
     if (start_leg(r, f) != 0) {
-        account(r, f, -1);
+        account(r, f, -1);  /* (nothing when no replica was placed) */
+        f->replica = was;   /* the broken leg's, for the error event */
         return 0;
     }
     r->n_resumed++;
-    TIDE_INFO("route: a stream broken on %s resumed on %s (%zu bytes of text to repeat)", was,
+    TIDE_INFO("route: a stream broken on %s resumed on %s (%zu bytes of text to repeat)", r->reps[was].cfg.url,
               r->reps[f->replica].cfg.url, f->sent.len);
     return 1;
 }
@@ -632,8 +632,10 @@ static void leg_done(tide_router *r, fwd *f, CURLcode res) { /* upstream thread 
                          res != CURLE_OK ? curl_easy_strerror(res) : f->discard ? "a resumed leg's answer was "
                          "not a stream" : "it ended before repeating what was sent");
             break_stream(f, m);
-        } else if (f->prefill_rep < 0 && f->api != TIDE_ROUTE_API_NONE) {
-            tide_route_note(&r->placer, f->replica, f->rq.chain, f->rq.n_chain);
+        } else {
+            if (f->ev.len) tide_sb_addn(&f->buf, f->ev.s, f->ev.len); /* a last event without its blank line */
+            if (f->prefill_rep < 0 && f->api != TIDE_ROUTE_API_NONE)
+                tide_route_note(&r->placer, f->replica, f->rq.chain, f->rq.n_chain);
         }
         f->finished = 1;
         resume(f);
