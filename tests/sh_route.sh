@@ -166,10 +166,10 @@ done
 phase "disaggregation done"
 # ---- 4b. tide bench route against the real replicas: the trace's first requests ----
 out=$(timeout 300 "$tide" bench route --trace "$data/mooncake_synth.jsonl" --url "$R" --model "$work/tiny" \
-  --api-key test-key --requests 8 --speedup 20 --block-tokens 2 --max-output 2 --window 5 2>&1) ||
+  --api-key test-key --requests 6 --speedup 20 --block-tokens 1 --max-output 2 --window 5 2>&1) ||
   bad "bench route --url: $out"
 echo "$out"
-for p in '^live: .* 4 replicas, 8 requests' 'requests +8 done, 0 failed' 'TTFT p50/p90/p99 +[0-9.]+ / ' \
+for p in '^live: .* 4 replicas, 6 requests' 'requests +6 done, 0 failed' 'TTFT p50/p90/p99 +[0-9.]+ / ' \
          'TPOT p50/p90/p99 +[0-9.]+ / ' 'prefill balancedness +[0-9.]+ per window' 'decode +balancedness +[0-9.]+ per window'; do
   grep -Eq "$p" <<<"$out" || bad "bench route --url: no /$p/"
 done
@@ -226,7 +226,7 @@ sse_text() { # SSE on stdin -> {"t": the content, "chunks": N, "err": 0|1, "done
     process.stdout.write(JSON.stringify(r));
   });'
 }
-body='{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 64, "temperature": 0, "ignore_eos": true, "stream": true}'
+body='{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 24, "temperature": 0, "ignore_eos": true, "stream": true}'
 want=$(curl -sN "http://127.0.0.1:$port_single/v1/chat/completions" -H 'x-api-key: test-key' \
   -H 'Content-Type: application/json' -d "$body" | sse_text)
 resumed0=$(metric "$R" tide_route_resumed_streams_total)
