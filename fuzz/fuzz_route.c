@@ -6,7 +6,9 @@
  *      sorted from t = 0 with lengths and hash offsets in range, and a short
  *      one runs through the simulation (hits never above the prompts);
  *   2+: a request body as the router reads it (router_req.c): chain within
- *      bounds; the prefill leg's body, when made, is JSON again. */
+ *      bounds; the prefill leg's body, when made, is JSON again; the same
+ *      bytes as a stream event's payload for resumption: text only with
+ *      1, and no longer than the payload. */
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -87,6 +89,10 @@ static void fuzz_request(int kind, const char *s, size_t n) {
         json_decref(v);
         free(b);
     }
+    char *text = NULL;
+    int k = tide_route_event_text(api, s, n, &text);
+    if (k < -1 || k > 1 || (text && (k != 1 || strlen(text) > n))) abort();
+    free(text);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -14,7 +14,9 @@
 #     fetches them and computes only the bounded replay, the tail and the
 #     decode steps (its /metrics);
 #  5. join and leave at run time (/router/replicas), health (a dead replica is
-#     out), SIGTERM (exit 0, no sanitizer report).
+#     out), SIGTERM (exit 0, no sanitizer report);
+#  6. a greedy stream whose decode replica is killed mid-stream is resumed on
+#     another replica: one whole stream, equal to the single server's.
 # Usage: sh_route.sh TIDE_EXE SRC_DIR BIN_DIR
 set -uo pipefail
 tide=$1 src=$2
@@ -162,6 +164,18 @@ done
 [ "$(metric "$R" tide_route_disaggregated_total)" -ge 1 ] || bad "router: tide_route_disaggregated_total is 0"
 
 phase "disaggregation done"
+# ---- 4b. tide bench route against the real replicas: the trace's first requests ----
+out=$(timeout 300 "$tide" bench route --trace "$data/mooncake_synth.jsonl" --url "$R" --model "$work/tiny" \
+  --api-key test-key --requests 6 --speedup 20 --block-tokens 1 --max-output 2 --window 5 2>&1) ||
+  bad "bench route --url: $out"
+echo "$out"
+for p in '^live: .* 4 replicas, 6 requests' 'requests +6 done, 0 failed' 'TTFT p50/p90/p99 +[0-9.]+ / ' \
+         'TPOT p50/p90/p99 +[0-9.]+ / ' 'prefill balancedness +[0-9.]+ per window' 'decode +balancedness +[0-9.]+ per window'; do
+  grep -Eq "$p" <<<"$out" || bad "bench route --url: no /$p/"
+done
+out=$("$tide" bench route --trace "$data/mooncake_synth.jsonl" --url "$R" 2>&1) && bad "bench route --url without --model accepted"
+grep -q 'needs --model' <<<"$out" || bad "bench route --url without --model: $out"
+
 # ---- 3. (cont.) the clients, then a decode replica killed mid-run ----
 timeout 600 node "$npm/route_clients.mjs" "$R" "http://127.0.0.1:$port_single" test-key "$pid_d1" || fail=1
 for _ in $(seq 50); do
@@ -173,11 +187,13 @@ grep -q "\"url\":\"http://127.0.0.1:$port_d1\",\"role\":\"decode\",\"up\":false"
 grep -q "http://127.0.0.1:$port_d1 (decode) is out" "$work/route.err" || bad "no 'is out' line for the killed replica"
 retries=$(metric "$R" tide_route_retries_total)
 broken=$(metric "$R" tide_route_broken_streams_total)
-echo "router after the kill: $retries retries, $broken broken streams"
+resumed=$(metric "$R" tide_route_resumed_streams_total)
+echo "router after the kill: $retries retries, $broken broken streams, $resumed resumed"
 # the kill must have hit requests on the dead replica: a request not yet
-# streaming retried elsewhere, or a stream broken (whose dropped connection
-# takes the replica out before any other request is sent there)
-[ $((${retries:-0} + ${broken:-0})) -ge 1 ] || bad "the kill hit no request: no retry and no broken stream"
+# streaming retried elsewhere, or a stream broken or resumed (whose dropped
+# connection takes the replica out before any other request is sent there)
+[ $((${retries:-0} + ${broken:-0} + ${resumed:-0})) -ge 1 ] ||
+  bad "the kill hit no request: no retry, no broken or resumed stream"
 
 phase "clients done"
 # ---- 5. leave and join at run time ----
@@ -192,6 +208,46 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 [ "$(curl -s "$R/router/replicas" | grep -o '"up":true' | wc -l)" -eq 4 ] || bad "the joined replica is not up"
+
+phase "join done"
+# ---- 6. stream resumption: the last decode replica killed mid-stream ----
+# A greedy stream (reproducible) is resumed on the mixed replica: the client
+# gets one whole stream, equal to the single server's, and no error event.
+sse_text() { # SSE on stdin -> {"t": the content, "chunks": N, "err": 0|1, "done": 0|1}
+  node -e 'let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
+    const r = { t: "", chunks: 0, err: 0, done: 0 };
+    for (const l of s.split("\n")) {
+      if (!l.startsWith("data: ")) continue;
+      if (l === "data: [DONE]") { r.done = 1; continue; }
+      const o = JSON.parse(l.slice(6)), c = o.choices && o.choices[0];
+      if (o.error) r.err = 1;
+      if (c && c.delta && c.delta.content) r.t += c.delta.content, r.chunks++;
+    }
+    process.stdout.write(JSON.stringify(r));
+  });'
+}
+body='{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 24, "temperature": 0, "ignore_eos": true, "stream": true}'
+want=$(curl -sN "http://127.0.0.1:$port_single/v1/chat/completions" -H 'x-api-key: test-key' \
+  -H 'Content-Type: application/json' -d "$body" | sse_text)
+resumed0=$(metric "$R" tide_route_resumed_streams_total)
+curl -sN "$R/v1/chat/completions" -H 'x-api-key: test-key' -H 'Content-Type: application/json' -d "$body" \
+  >"$work/resume.sse" &
+cpid=$!
+for _ in $(seq 600); do
+  [ "$(grep -c '"content":"[^"]' "$work/resume.sse")" -ge 3 ] && break
+  sleep 0.05
+done
+at_kill=$(grep -c '"content":"[^"]' "$work/resume.sse")
+kill -KILL "$pid_d2"
+timeout 300 tail --pid="$cpid" -f /dev/null || bad "the resumed stream did not end within 300 s"
+got=$(sse_text <"$work/resume.sse")
+total=$(node -e "process.stdout.write(String(JSON.parse(process.argv[1]).chunks))" "$want")
+echo "resumption: killed at chunk $at_kill of $total; equal to the single server's: $([ "$got" = "$want" ] && echo yes || echo "no: $got vs $want")"
+[ "$at_kill" -ge 1 ] && [ "$at_kill" -lt "$total" ] || bad "resumption: the kill did not come mid-stream ($at_kill of $total chunks)"
+[ "$got" = "$want" ] || bad "resumption: the resumed stream differs from the single server's"
+[ "$(metric "$R" tide_route_resumed_streams_total)" -eq $((resumed0 + 1)) ] || bad "resumption: tide_route_resumed_streams_total did not count it"
+grep -q "resumed on http://127.0.0.1:$port_single" "$work/route.err" || bad "resumption: no 'resumed on' line"
+
 kill -KILL "$pid_d2"
 out=$(curl -s "$R/v1/chat/completions" -H 'x-api-key: test-key' -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}')

@@ -274,6 +274,64 @@ static void test_request_chain(void **state) {
     assert_int_equal(tide_route_api_of_path("/v1/models"), TIDE_ROUTE_API_NONE);
 }
 
+/* Which streams can be resumed, and what resumption reads of their events. */
+static void test_resume_events(void **state) {
+    (void)state;
+    static const struct {
+        tide_route_api api;
+        const char *body;
+        int resumable;
+    } reqs[] = {
+        {TIDE_ROUTE_API_CHAT, "{\"stream\": true, \"temperature\": 0, \"messages\": []}", 1},
+        {TIDE_ROUTE_API_CHAT, "{\"stream\": true, \"temperature\": 0.0, \"n\": 1, \"messages\": []}", 1},
+        {TIDE_ROUTE_API_MESSAGES, "{\"stream\": true, \"seed\": 7, \"temperature\": 1}", 1},
+        {TIDE_ROUTE_API_COMPLETIONS, "{\"stream\": true, \"temperature\": 0, \"prompt\": \"x\"}", 1},
+        {TIDE_ROUTE_API_CHAT, "{\"stream\": true, \"messages\": []}", 0},                    /* sampled */
+        {TIDE_ROUTE_API_CHAT, "{\"stream\": true, \"temperature\": 0.5}", 0},
+        {TIDE_ROUTE_API_CHAT, "{\"stream\": true, \"temperature\": 0, \"n\": 2}", 0},     /* two choices */
+        {TIDE_ROUTE_API_CHAT, "{\"stream\": false, \"temperature\": 0}", 0},               /* not a stream */
+        {TIDE_ROUTE_API_RESPONSES, "{\"stream\": true, \"temperature\": 0, \"input\": \"x\"}", 0},
+        {TIDE_ROUTE_API_CHAT, "{\"stream\": true, \"seed\": \"7\"}", 0},                     /* not a seed */
+    };
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+        tide_route_req q;
+        assert_int_equal(tide_route_req_read(reqs[i].api, reqs[i].body, strlen(reqs[i].body), &q), 0);
+        if (q.resumable != reqs[i].resumable) fail_msg("%s: resumable %d", reqs[i].body, q.resumable);
+    }
+    static const struct {
+        tide_route_api api;
+        const char *data;
+        int want;
+        const char *text;
+    } ev[] = {
+        {TIDE_ROUTE_API_CHAT, "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}", 1, NULL},
+        {TIDE_ROUTE_API_CHAT, "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"},\"finish_reason\":null}]}", 1, "Hel"},
+        {TIDE_ROUTE_API_CHAT, "{\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"},\"finish_reason\":null}]}", 1, "hm"},
+        {TIDE_ROUTE_API_CHAT, "{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}", 0, NULL},
+        {TIDE_ROUTE_API_CHAT, "{\"choices\":[],\"usage\":{\"completion_tokens\":3}}", 0, NULL},
+        {TIDE_ROUTE_API_CHAT, "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0}]},\"finish_reason\":null}]}", 0, NULL},
+        {TIDE_ROUTE_API_CHAT, "[DONE]", 0, NULL},
+        {TIDE_ROUTE_API_CHAT, "{\"error\":{\"message\":\"x\"}}", 0, NULL},
+        {TIDE_ROUTE_API_CHAT, "{nope", -1, NULL},
+        {TIDE_ROUTE_API_COMPLETIONS, "{\"choices\":[{\"text\":\" a\",\"index\":0,\"finish_reason\":null}]}", 1, " a"},
+        {TIDE_ROUTE_API_COMPLETIONS, "{\"choices\":[{\"text\":\"\",\"index\":0,\"finish_reason\":\"length\"}]}", 0, NULL},
+        {TIDE_ROUTE_API_MESSAGES, "{\"type\":\"message_start\",\"message\":{}}", 1, NULL},
+        {TIDE_ROUTE_API_MESSAGES, "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}", 1, NULL},
+        {TIDE_ROUTE_API_MESSAGES, "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}", 1, "Hi"},
+        {TIDE_ROUTE_API_MESSAGES, "{\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\"}}", 0, NULL},
+        {TIDE_ROUTE_API_MESSAGES, "{\"type\":\"content_block_stop\",\"index\":0}", 0, NULL},
+        {TIDE_ROUTE_API_MESSAGES, "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}", 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++) {
+        char *text = (char *)1;
+        int k = tide_route_event_text(ev[i].api, ev[i].data, strlen(ev[i].data), &text);
+        if (k != ev[i].want) fail_msg("%s: %d, want %d", ev[i].data, k, ev[i].want);
+        if (ev[i].text) assert_string_equal(text, ev[i].text);
+        else assert_null(text);
+        free(text);
+    }
+}
+
 static void trace_bad(const char *text, const char *want) {
     tide_trace t;
     tide_status st = {0};
@@ -349,6 +407,9 @@ static void test_sim(void **state) {
     assert_true(aware.ttft[1] < rr.ttft[1]);
     assert_true(aware.bal_decode / aware.ideal_decode > rr.bal_decode / rr.ideal_decode);
     assert_true(aware.ideal_prefill <= 1.0 + 1e-12 && aware.bal_prefill > 0);
+    /* no assignment beats the bound: neither ours nor LPT */
+    assert_true(aware.ideal_prefill <= aware.bound_prefill + 1e-12 && aware.bal_prefill <= aware.bound_prefill + 1e-12);
+    assert_true(aware.ideal_decode <= aware.bound_decode + 1e-12 && aware.bal_decode <= aware.bound_decode + 1e-12);
     tide_trace_free(&t);
     /* two turns of one conversation on 2 + 1 replicas: the second is placed where the first was and hits 2 blocks */
     const char *mc = "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 2, \"hash_ids\": [1, 2]}\n"
@@ -381,7 +442,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),  cmocka_unit_test(test_buckets),       cmocka_unit_test(test_decode_reference),
         cmocka_unit_test(test_affinity), cmocka_unit_test(test_request_chain), cmocka_unit_test(test_traces),
-        cmocka_unit_test(test_sim),
+        cmocka_unit_test(test_sim),     cmocka_unit_test(test_resume_events),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

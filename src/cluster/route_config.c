@@ -37,8 +37,8 @@ tide_route_policy tide_route_policy_default(void) {
         .w_prompt = 1.0 / 2048,
         .w_running = 1.0,
         .w_context = 1.0 / 8192,
-        .overload_factor = 1.5,
-        .overload_slack = 2.0,
+        .overload_factor = 1.2,
+        .overload_slack = 0,
         .prefill_memory_s = 30,
         .prefix_slots = 1 << 16,
     };

@@ -121,6 +121,12 @@ static double recent(tide_route_placer *p, int r, double now) {
     return p->recent[r];
 }
 
+/* A prefill replica's load as placement weighs it: what is pending, and
+ * the prompt tokens recently sent. */
+static double prefill_load(tide_route_placer *p, const tide_route_view *v, int r, double now) {
+    return tide_route_load(&p->pol, &v[r]) + p->pol.w_prompt * recent(p, r, now);
+}
+
 int tide_route_place_prefill(tide_route_placer *p, const tide_route_view *v, int n, tide_route_role want, double now,
                              int64_t prompt_tokens, const uint64_t *chain, const int64_t *upto, int n_chain,
                              int *hit_units) {
@@ -153,9 +159,14 @@ int tide_route_place_prefill(tide_route_placer *p, const tide_route_view *v, int
     for (int i = 0; i < m; i++)
         if (v[role[i]].up) all[n_all++] = role[i];
     if (!n_all) return -1;
-    uint64_t probe = 0;
-    if (k) least_loaded(p, v, cand, k, &probe, &min_load);
-    least_loaded(p, v, all, n_all, &probe, &all_min);
+    for (int i = 0; i < n_all; i++) {
+        double l = prefill_load(p, v, all[i], now);
+        if (!i || l < all_min) all_min = l;
+    }
+    for (int i = 0; i < k; i++) {
+        double l = prefill_load(p, v, cand[i], now);
+        if (!i || l < min_load) min_load = l;
+    }
     if (!k || min_load > p->pol.overload_factor * all_min + p->pol.overload_slack) {
         memcpy(cand, all, (size_t)n_all * sizeof *all);
         k = n_all;
@@ -175,7 +186,7 @@ int tide_route_place_prefill(tide_route_placer *p, const tide_route_view *v, int
     for (int j = 0; j < k; j++) {
         int r = cand[(size_t)((start + (uint64_t)j) % (uint64_t)k)];
         double miss = missing(prompt_tokens, upto, n_chain, held[r]);
-        double cost = tide_route_load(&p->pol, &v[r]) + p->pol.w_prompt * (miss + recent(p, r, now));
+        double cost = prefill_load(p, v, r, now) + p->pol.w_prompt * miss;
         if (best < 0 || cost < best_cost) best = r, best_cost = cost;
     }
     p->recent[best] += missing(prompt_tokens, upto, n_chain, held[best]);

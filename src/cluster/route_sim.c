@@ -122,10 +122,12 @@ static double mean_over_max(const double *load, int m) {
     return mx > 0 ? s / m / mx : 1;
 }
 
-/* Work-weighted mean over windows of (mean / max load): placed, and LPT. */
-static void balancedness(job *jobs, int64_t n, int m, double *placed, double *ideal) {
+/* Work-weighted mean over windows of (mean / max load): placed, and LPT;
+ * *bound: what no assignment can beat, mean / max(mean, the window's
+ * largest job). */
+static void balancedness(job *jobs, int64_t n, int m, double *placed, double *ideal, double *bound) {
     qsort(jobs, (size_t)n, sizeof *jobs, by_window_then_work);
-    double wsum = 0, ps = 0, is = 0;
+    double wsum = 0, ps = 0, is = 0, bs = 0;
     double a[TIDE_ROUTE_MAX_REPLICAS], b[TIDE_ROUTE_MAX_REPLICAS];
     for (int64_t i = 0; i < n;) {
         int64_t j = i;
@@ -142,21 +144,24 @@ static void balancedness(job *jobs, int64_t n, int m, double *placed, double *id
         }
         ps += w * mean_over_max(a, m);
         is += w * mean_over_max(b, m);
+        double mean = w / m, big = jobs[i].work; /* longest first */
+        bs += w * (mean > 0 ? mean / (big > mean ? big : mean) : 1);
         wsum += w;
         i = j;
     }
     *placed = wsum > 0 ? ps / wsum : 1;
     *ideal = wsum > 0 ? is / wsum : 1;
+    *bound = wsum > 0 ? bs / wsum : 1;
 }
 
 typedef struct active {
     double end;
-    int64_t ctx;
+    int64_t prompt, ctx; /* ctx: prompt + output, what the cost model charges */
 } active;
 
 typedef struct decoding {
     active *a;
-    int64_t n, cap;
+    int64_t n, cap, ctx;
 } decoding;
 
 static int by_finish(const void *a, const void *b) {
@@ -236,17 +241,23 @@ int tide_sim_run(const tide_trace *t, const tide_sim_config *c, tide_sim_result 
             v[r] = (tide_route_view){.role = r < P ? TIDE_ROLE_PREFILL : TIDE_ROLE_DECODE, .up = 1};
             if (r < P) continue;
             decoding *d = &dec[r];
-            int64_t keep = 0, ctx = 0;
+            int64_t keep = 0, seen = 0, ctx = 0;
             for (int64_t a = 0; a < d->n; a++)
-                if (d->a[a].end > now) d->a[keep++] = d->a[a], ctx += d->a[a].ctx;
+                if (d->a[a].end > now) {
+                    d->a[keep++] = d->a[a];
+                    seen += d->a[a].prompt;
+                    ctx += d->a[a].ctx;
+                }
             d->n = keep;
+            d->ctx = ctx;
             v[r].running = (double)keep;
-            v[r].context_tokens = (double)ctx;
+            /* the context a router counts: the prompts (it does not know the outputs' lengths) */
+            v[r].context_tokens = (double)seen;
         }
         int k = tide_route_place_decode(&pl, v, N, TIDE_ROLE_DECODE);
         decoding *d = &dec[k];
         double step = c->decode_step_s + c->decode_s_per_seq * (v[k].running + 1) +
-                      c->decode_s_per_ctx_token * (v[k].context_tokens + (double)q->in_len);
+                      c->decode_s_per_ctx_token * (double)(d->ctx + q->in_len);
         if (d->n == d->cap) {
             int64_t nc = d->cap ? 2 * d->cap : 64;
             active *na = realloc(d->a, (size_t)nc * sizeof *na);
@@ -258,7 +269,7 @@ int tide_sim_run(const tide_trace *t, const tide_sim_config *c, tide_sim_result 
             d->cap = nc;
         }
         double end = now + (double)q->out_len * step;
-        d->a[d->n++] = (active){end, q->in_len + q->out_len};
+        d->a[d->n++] = (active){end, q->in_len, q->in_len + q->out_len};
         ttft[i] += step;
         if (q->out_len > 1) tpot[n_tpot++] = step;
         if (end > out->makespan_s) out->makespan_s = end;
@@ -267,8 +278,8 @@ int tide_sim_run(const tide_trace *t, const tide_sim_config *c, tide_sim_result 
         dj[o] = (job){(int64_t)(now / c->window_s), k - P, dwork};
     }
     out->requests = n;
-    balancedness(pj, n, P, &out->bal_prefill, &out->ideal_prefill);
-    balancedness(dj, n, D, &out->bal_decode, &out->ideal_decode);
+    balancedness(pj, n, P, &out->bal_prefill, &out->ideal_prefill, &out->bound_prefill);
+    balancedness(dj, n, D, &out->bal_decode, &out->ideal_decode, &out->bound_decode);
     tide_stats_sort(ttft, n);
     tide_stats_sort(tpot, n_tpot);
     static const double ps[3] = {50, 90, 99};

@@ -1,5 +1,5 @@
 /* Trace replay through the placer in simulation (`tide bench route`,
- * docs/route.md section 5): a disaggregated pool of P prefill and D decode
+ * docs/route.md section 6): a disaggregated pool of P prefill and D decode
  * replicas, each with a cost model, fed a trace's requests at their times.
  *
  * Prefill replica: one FIFO queue; a request costs prefill_overhead_s +
@@ -43,6 +43,7 @@ typedef struct tide_sim_result {
     int64_t prompt_tokens, hit_tokens; /* hit rate = hit / prompt */
     double bal_prefill, ideal_prefill; /* mean / max, work-weighted over windows */
     double bal_decode, ideal_decode;
+    double bound_prefill, bound_decode; /* no assignment beats mean / max(mean, largest job) */
     double ttft[3], tpot[3];           /* p50, p90, p99 (seconds) */
     double makespan_s;
 } tide_sim_result;

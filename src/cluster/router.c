@@ -95,6 +95,13 @@ struct fwd {
     char ctype[96];
     int seen_first, discard;
     int64_t acc_prompt, acc_ctx;
+    /* resumption of a broken stream (rq.resumable): events pass whole; the
+     * text delivered is kept, and a resumed leg's events are dropped until
+     * its text has caught up with it (1), or until its first one past the
+     * stream's opening when no text had gone (2) */
+    int resumes, catching, stop_resume, diverged;
+    size_t got;
+    tide_sb ev, sent;
     /* under mu */
     tide_sb buf;
     size_t off;
@@ -117,7 +124,7 @@ struct tide_router {
     int n_reps;
     tide_route_placer placer;
     fwd *queue, *queue_tail;
-    int64_t n_requests, n_retries, n_failed, n_broken, n_disagg, n_prefill_failed;
+    int64_t n_requests, n_retries, n_failed, n_broken, n_disagg, n_prefill_failed, n_resumed;
     /* upstream thread only */
     fwd *active;
 };
@@ -217,6 +224,8 @@ static void fwd_unref(fwd *f) { /* under mu */
     free(f->body);
     free(f->pbody);
     tide_sb_free(&f->buf);
+    tide_sb_free(&f->ev);
+    tide_sb_free(&f->sent);
     free(f);
 }
 
@@ -257,6 +266,54 @@ static void break_stream(fwd *f, const char *msg) { /* under mu */
 
 /* ---- upstream transfers ---- */
 
+/* A resumable stream's bytes (under mu): whole events go to the client,
+ * their text to f->sent; a resumed leg's events are checked against what
+ * was sent and dropped until they catch up. 0 when they diverge. */
+static int pass_events(fwd *f, const char *p, size_t n) {
+    tide_sb_addn(&f->ev, p, n);
+    for (;;) {
+        char *e = f->ev.s, *end = f->ev.len ? memmem(e, f->ev.len, "\n\n", 2) : NULL;
+        if (!end) return 1;
+        size_t elen = (size_t)(end - e) + 2;
+        const char *data = NULL;
+        size_t dlen = 0;
+        for (const char *l = e; l < e + elen;) {
+            const char *nl = memchr(l, '\n', (size_t)(e + elen - l));
+            if (!nl) break;
+            if (nl - l >= 6 && !memcmp(l, "data: ", 6)) data = l + 6, dlen = (size_t)(nl - l - 6);
+            l = nl + 1;
+        }
+        char *text = NULL;
+        int k = data ? tide_route_event_text(f->api, data, dlen, &text) : 1; /* a comment or event-only */
+        size_t tl = text ? strlen(text) : 0;
+        int drop = 0;
+        if (f->catching == 1) {
+            if (k == 1 && tl) {
+                if (f->got + tl > f->sent.len || memcmp(f->sent.s + f->got, text, tl)) f->diverged = 1;
+                f->got += tl;
+                if (f->got == f->sent.len) f->catching = 0;
+            } else if (k != 1) {
+                f->diverged = 1; /* it ended, or did something else, before repeating what was sent */
+            }
+            drop = 1;
+        } else if (f->catching == 2) {
+            if (k == 1 && !tl) drop = 1;
+            else f->catching = 0;
+        }
+        if (f->diverged) {
+            free(text);
+            return 0;
+        }
+        if (!drop) {
+            tide_sb_addn(&f->buf, e, elen);
+            if (k == 1 && tl) tide_sb_add(&f->sent, text);
+            else if (k != 1) f->stop_resume = 1;
+        }
+        free(text);
+        tide_sb_consume(&f->ev, elen);
+    }
+}
+
 static size_t on_data(char *ptr, size_t sz, size_t nm, void *ud) {
     fwd *f = ud;
     size_t n = sz * nm;
@@ -272,8 +329,17 @@ static size_t on_data(char *ptr, size_t sz, size_t nm, void *ud) {
         char *ct = NULL;
         curl_easy_getinfo(f->h, CURLINFO_CONTENT_TYPE, &ct);
         snprintf(f->ctype, sizeof f->ctype, "%s", ct ? ct : "application/json");
-        /* a prefill leg's answer, or a 503 that will be retried, is not the client's */
-        f->discard = f->phase == 0 || f->status == 503;
+        /* a prefill leg's answer, or a 503 that will be retried, is not the
+         * client's; nor is a resumed leg's answer that is not a stream */
+        f->discard = f->phase == 0 || f->status == 503 ||
+                     (f->committed && (f->status != 200 || strncmp(f->ctype, "text/event-stream", 17)));
+    }
+    if (!f->discard && f->rq.resumable && !strncmp(f->ctype, "text/event-stream", 17)) {
+        if (!f->committed) commit(f, (int)f->status, f->ctype, 1);
+        int ok = pass_events(f, ptr, n);
+        resume(f);
+        pthread_mutex_unlock(&r->mu);
+        return ok ? n : 0; /* 0: a resumed leg diverged, its transfer is aborted */
     }
     if (!f->discard) {
         tide_sb_addn(&f->buf, ptr, n);
@@ -481,6 +547,29 @@ static int conn_error(CURLcode c) {
            c == CURLE_PARTIAL_FILE || c == CURLE_OPERATION_TIMEDOUT || c == CURLE_COULDNT_RESOLVE_HOST;
 }
 
+/* A broken stream that can be resumed goes to another replica with its
+ * original body (the prompt's pages are in the KV store): its events are
+ * dropped until they repeat what the client has, then passed on. 1 when
+ * a resumed leg started (under mu). */
+static int try_resume(tide_router *r, fwd *f) {
+    if (!f->rq.resumable || f->stop_resume || f->diverged || f->resumes >= r->cfg.retries) return 0;
+    int was = f->replica;
+    f->replica = -1;
+    f->resumes++;
+    f->catching = f->sent.len ? 1 : 2;
+    f->got = 0;
+    tide_sb_reset(&f->ev);
+    if (start_leg(r, f) != 0) {
+        account(r, f, -1);  /* (nothing when no replica was placed) */
+        f->replica = was;   /* the broken leg's, for the error event */
+        return 0;
+    }
+    r->n_resumed++;
+    TIDE_INFO("route: a stream broken on %s resumed on %s (%zu bytes of text to repeat)", r->reps[was].cfg.url,
+              r->reps[f->replica].cfg.url, f->sent.len);
+    return 1;
+}
+
 static void leg_done(tide_router *r, fwd *f, CURLcode res) { /* upstream thread */
     pthread_mutex_lock(&r->mu);
     curl_multi_remove_handle(r->multi, f->h);
@@ -531,13 +620,22 @@ static void leg_done(tide_router *r, fwd *f, CURLcode res) { /* upstream thread 
             commit(f, (int)code, f->ctype[0] ? f->ctype : "application/json", 0);
         }
     } else { /* a stream: its end, clean or not */
-        if (res != CURLE_OK) {
+        int broke = res != CURLE_OK || f->discard || f->diverged || f->catching;
+        if (broke && try_resume(r, f)) goto out;
+        if (broke) {
             char m[300];
-            snprintf(m, sizeof m, "route: replica %s broke the stream: %s", r->reps[f->replica].cfg.url,
-                     curl_easy_strerror(res));
+            if (f->diverged)
+                snprintf(m, sizeof m, "route: the stream broke and its resumption on replica %s differed from "
+                         "what was already sent", r->reps[f->replica].cfg.url);
+            else
+                snprintf(m, sizeof m, "route: replica %s broke the stream: %s", r->reps[f->replica].cfg.url,
+                         res != CURLE_OK ? curl_easy_strerror(res) : f->discard ? "a resumed leg's answer was "
+                         "not a stream" : "it ended before repeating what was sent");
             break_stream(f, m);
-        } else if (f->prefill_rep < 0 && f->api != TIDE_ROUTE_API_NONE) {
-            tide_route_note(&r->placer, f->replica, f->rq.chain, f->rq.n_chain);
+        } else {
+            if (f->ev.len) tide_sb_addn(&f->buf, f->ev.s, f->ev.len); /* a last event without its blank line */
+            if (f->prefill_rep < 0 && f->api != TIDE_ROUTE_API_NONE)
+                tide_route_note(&r->placer, f->replica, f->rq.chain, f->rq.n_chain);
         }
         f->finished = 1;
         resume(f);
@@ -656,6 +754,8 @@ static enum MHD_Result forward(tide_router *r, struct MHD_Connection *c, const c
     f->replica = f->prefill_rep = -1;
     f->api = is_post ? tide_route_api_of_path(url) : TIDE_ROUTE_API_NONE;
     tide_sb_init(&f->buf);
+    tide_sb_init(&f->ev);
+    tide_sb_init(&f->sent);
     if (f->api != TIDE_ROUTE_API_NONE) tide_route_req_read(f->api, f->body ? f->body : "", f->len, &f->rq);
     for (const char *const *h = fwd_headers; *h; h++) {
         const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, *h);
@@ -770,11 +870,13 @@ static enum MHD_Result metrics(tide_router *r, struct MHD_Connection *c) {
                  "# TYPE tide_route_retries_total counter\ntide_route_retries_total %lld\n"
                  "# TYPE tide_route_failed_total counter\ntide_route_failed_total %lld\n"
                  "# TYPE tide_route_broken_streams_total counter\ntide_route_broken_streams_total %lld\n"
+                 "# TYPE tide_route_resumed_streams_total counter\ntide_route_resumed_streams_total %lld\n"
                  "# TYPE tide_route_disaggregated_total counter\ntide_route_disaggregated_total %lld\n"
                  "# TYPE tide_route_prefill_failed_total counter\ntide_route_prefill_failed_total %lld\n"
                  "# TYPE tide_route_prefix_hits_total counter\ntide_route_prefix_hits_total %lld\n"
                  "# TYPE tide_route_prefix_lookups_total counter\ntide_route_prefix_lookups_total %lld\n",
                  (long long)r->n_requests, (long long)r->n_retries, (long long)r->n_failed, (long long)r->n_broken,
+                 (long long)r->n_resumed,
                  (long long)r->n_disagg, (long long)r->n_prefill_failed, (long long)r->placer.hits,
                  (long long)r->placer.lookups);
     static const char *const names[] = {"up", "in_flight", "forwarded_total", "prefills_total", "errors_total",

@@ -34,6 +34,8 @@ tide_route_api tide_route_api_of_path(const char *path);
 /* What placement reads of a generation request (router_req.c). */
 typedef struct tide_route_req {
     int stream;
+    int resumable; /* a stream whose output is reproducible (temperature 0 or a seed, one choice;
+                    * Chat, Completions, Messages): a broken one can be resumed elsewhere */
     int64_t prompt_tokens; /* estimate */
     uint64_t chain[TIDE_ROUTE_MAX_CHAIN];
     int64_t upto[TIDE_ROUTE_MAX_CHAIN]; /* prompt tokens (estimated) covered by units 0..i */
@@ -46,6 +48,13 @@ int tide_route_req_read(tide_route_api api, const char *body, size_t len, tide_r
 /* The disaggregated path's first leg: the same request, one output token,
  * not streamed (malloc'd; NULL when the body is not a JSON object). */
 char *tide_route_prefill_body(tide_route_api api, const char *body, size_t len, size_t *out_len);
+
+/* One SSE event of a stream (its "data: " payload, [DONE] included) as
+ * resumption reads it: *text (malloc'd, may be empty) the output text it
+ * carries; returns 1 for an event that only opens the stream or carries
+ * text, 0 for anything else (a finish, usage, a tool call: a stream past
+ * it is not resumed), -1 for a payload that is not JSON. */
+int tide_route_event_text(tide_route_api api, const char *data, size_t len, char **text);
 
 typedef struct tide_router tide_router;
 

@@ -56,6 +56,11 @@ int tide_route_req_read(tide_route_api api, const char *body, size_t len, tide_r
         return -1; /* the replica will answer the 400 */
     }
     out->stream = json_is_true(json_object_get(root, "stream"));
+    json_t *temp = json_object_get(root, "temperature"), *n = json_object_get(root, "n");
+    out->resumable = out->stream && api != TIDE_ROUTE_API_RESPONSES &&
+                     ((json_is_number(temp) && json_number_value(temp) == 0) ||
+                      json_is_integer(json_object_get(root, "seed"))) &&
+                     (!n || (json_is_integer(n) && json_integer_value(n) == 1));
     static const char *const pre_keys[] = {"system", "tools", "instructions", "tool_choice", NULL};
     json_t *pre = json_object();
     for (const char *const *k = pre_keys; *k; k++) {
@@ -120,4 +125,49 @@ char *tide_route_prefill_body(tide_route_api api, const char *body, size_t len, 
     json_decref(root);
     if (s) *out_len = strlen(s);
     return s;
+}
+
+int tide_route_event_text(tide_route_api api, const char *data, size_t len, char **text) {
+    *text = NULL;
+    if (len == 6 && !memcmp(data, "[DONE]", 6)) return 0;
+    json_t *o = json_loadb(data, len, 0, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return -1;
+    }
+    int ok = 0;
+    const char *t = NULL;
+    if (api == TIDE_ROUTE_API_MESSAGES) {
+        const char *type = json_string_value(json_object_get(o, "type"));
+        json_t *d = json_object_get(o, "delta");
+        const char *dt = json_string_value(json_object_get(d, "type"));
+        if (type && (!strcmp(type, "message_start") || !strcmp(type, "ping"))) ok = 1;
+        else if (type && !strcmp(type, "content_block_start")) {
+            const char *bt = json_string_value(json_object_get(json_object_get(o, "content_block"), "type"));
+            ok = bt && (!strcmp(bt, "text") || !strcmp(bt, "thinking"));
+        } else if (type && !strcmp(type, "content_block_delta") && dt) {
+            ok = !strcmp(dt, "text_delta") || !strcmp(dt, "thinking_delta");
+            t = json_string_value(json_object_get(d, !strcmp(dt, "text_delta") ? "text" : "thinking"));
+        }
+    } else {
+        json_t *choices = json_object_get(o, "choices");
+        json_t *c0 = json_array_get(choices, 0);
+        json_t *fin = json_object_get(c0, "finish_reason");
+        if (json_array_size(choices) == 1 && (!fin || json_is_null(fin))) {
+            if (api == TIDE_ROUTE_API_COMPLETIONS) {
+                t = json_string_value(json_object_get(c0, "text"));
+                ok = t != NULL;
+            } else {
+                json_t *d = json_object_get(c0, "delta");
+                ok = json_is_object(d) && !json_object_get(d, "tool_calls");
+                const char *c = json_string_value(json_object_get(d, "content"));
+                const char *rc = json_string_value(json_object_get(d, "reasoning_content"));
+                t = c && *c ? c : rc;
+                if (c && *c && rc && *rc) ok = 0; /* both in one chunk: not told apart */
+            }
+        }
+    }
+    if (ok && t && *t && !(*text = strdup(t))) ok = -1;
+    json_decref(o);
+    return ok;
 }
