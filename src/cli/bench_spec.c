@@ -67,8 +67,6 @@ static int run_once(const spec_opts *o, const tide_model *m, const tide_workload
     tide_engine_config c = tide_bench_engine_config(&o->eng);
     c.on_event = tide_recorder_on_event;
     c.event_ctx = &rec;
-    c.canonical_layout = 1;
-    c.index_key_quirk = 0;
     c.spec_mode = mode;
     c.spec_k = k;
     if (c.max_seqs < w->n) c.max_seqs = (int)w->n;
@@ -209,8 +207,6 @@ int tide_bench_spec(int argc, char **argv) {
         else if (costs.verify_fixed + costs.verify_per_token <= 0) {
             /* --no-run: profile once through an engine */
             tide_engine_config c = tide_bench_engine_config(&o.eng);
-            c.canonical_layout = 1;
-            c.index_key_quirk = 0;
             c.spec_mode = TIDE_SPEC_DSPARK;
             tide_engine *e;
             if (tide_engine_create_with_model(&c, m, &e, &st) != 0) goto done;

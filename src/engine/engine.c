@@ -186,11 +186,6 @@ static int check_config(const tide_engine_config *c, int have_model, tide_status
                          c->spec_mode);
     if (c->spec_mode == TIDE_SPEC_FIXED && (c->spec_k < 1 || c->spec_k > TIDE_SPEC_MAX_BLOCK))
         return tide_fail(st, TIDE_ERR_INVALID, "engine: spec_k %d is outside 1..%d", c->spec_k, TIDE_SPEC_MAX_BLOCK);
-    if (c->spec_mode != TIDE_SPEC_OFF && (!c->canonical_layout || c->index_key_quirk))
-        return tide_fail(st, TIDE_ERR_INVALID,
-                         "engine: speculative decoding needs the chunking-invariant mode (canonical_layout 1, "
-                         "index_key_quirk 0; tide run --canonical-layout --no-index-quirk): only there is rolling "
-                         "back rejected drafts exact (docs/spec.md)");
     for (int i = 0; i < 3; i++)
         if (!(c->spec_cost[i] >= 0) || c->spec_cost[i] > 1e6)
             return tide_fail(st, TIDE_ERR_INVALID, "engine: spec_cost[%d] %g is not a time in seconds", i,
@@ -766,7 +761,7 @@ static void draft_rows(tide_engine *e, const tide_sched_plan *p) {
         if (q->state != TIDE_REQ_RUNNING || !q->has_cache) continue;
         int sampled = it->logits == TIDE_LOGITS_LAST;
         int64_t keep = q->n_verify > 0 ? e->n_new[i] : it->n_tokens, sp = it->pos + keep - 1;
-        int64_t seed = sampled && sp >= 1 ? keep - 1 : keep;
+        int64_t seed = sampled ? keep - 1 : keep; /* the last row drafts (seeding its position) */
         tide_status st = {0};
         if (seed > 0 && tide_dspark_seed(e->fx, &q->cache, h, seed, it->pos, &st) != 0) goto bad;
         if (seed == keep) continue;
@@ -808,10 +803,12 @@ static void spec_attach(tide_engine *e) {
         if (it->logits != TIDE_LOGITS_LAST || it->n_tokens != 1 || q->n_draft == 0 || q->draft_at != q->n_tokens ||
             it->pos != q->n_tokens - 1)
             continue;
-        /* at most window - 1 drafts (rollback), and none past max_tokens */
+        /* at most window - 1 drafts (rollback), none past max_tokens, and
+         * as many decode rows as the forward can verify here */
         int64_t lim = q->n_draft, left = q->sp.max_tokens - tide_req_n_output(q) - 1;
         if (lim > win - 1) lim = win - 1;
         if (lim > left) lim = left;
+        if (lim > 0) lim = tide_fwd_decode_rows_max(e->fx, &q->cache, 1 + lim) - 1;
         if (lim <= 0) continue;
         e->cand[n] = i;
         e->avail[n] = (int)lim;
@@ -826,6 +823,7 @@ static void spec_attach(tide_engine *e) {
         tide_req *q = p->items[e->cand[c]].req;
         tide_status st = {0};
         if (tide_seq_checkpoint(&q->cache, &q->ck, 1 + e->take[c], &st) != 0) continue;
+        q->ck.decode_rows = 1; /* the verify rows compute what decode steps would */
         int g = (int)tide_sched_extend(s, e->cand[c], e->take[c]);
         q->n_verify = g;
         int32_t *t = e->spec_tok + (int64_t)e->cand[c] * (e->block + 1);

@@ -116,7 +116,7 @@ int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hid
     const tide_text_config *tc = &m->cfg.text;
     int64_t V = tc->vocab_size, D = tc->hidden_size, hc = tc->hc_mult, B = tc->dspark_block_size;
     int64_t MR = tc->dspark_markov_rank;
-    if (sp < 1) return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: position %lld must be > 0", (long long)sp);
+    if (sp < 0) return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: position %lld is negative", (long long)sp);
     if (token < 0 || token >= V)
         return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: token %d outside the vocabulary", token);
     if (forced)
