@@ -14,12 +14,15 @@
  * the same chunks differ from decoding: the quirk's published keys are the
  * chunk's, and the reference layout keeps the chunk's trailing empty top-k
  * entries. Also: a chunk longer than tide_fwd_decode_rows_max is refused
- * with a message and changes nothing. */
+ * with a message and changes nothing. And the engine's batched draft:
+ * tide_dspark_draft_many over several sequences equals tide_dspark_draft
+ * of each, bit for bit (ids, logits, confidences). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/dspark.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "test_ops_util.h"
@@ -173,10 +176,74 @@ static void test_rows_max(void **state) {
     tide_fwd_ctx_free(fx1);
 }
 
+/* Drafting several sequences at once = one at a time. */
+static void test_draft_many(void **state) {
+    fixture *f = *state;
+    const tide_model *m = f->m;
+    tide_fwd_ctx *fx = ctx(m);
+    tide_status st = {0};
+    enum { N = 3 };
+    int64_t V = m->cfg.text.vocab_size, B = m->cfg.text.dspark_block_size;
+    int64_t W = m->cfg.text.n_dspark_target_layer_ids * m->cfg.text.hidden_size;
+    tu_rng r = {f->seed * 5 + 3};
+    tide_seq_cache c[N];
+    float *hid = malloc((size_t)(N * 20 * W) * sizeof(float));
+    int32_t tok[N][20], next[N];
+    assert_non_null(hid);
+    for (int i = 0; i < N; i++) {
+        int64_t n = 1 + (int64_t)(tu_next(&r) % 19); /* sp = n - 1, position 0 included */
+        for (int64_t t = 0; t < n; t++) tok[i][t] = rand_tok(&r, m);
+        next[i] = rand_tok(&r, m);
+        if (tide_fwd_seq_init(fx, &c[i], &st) != 0) fail_msg("%s", st.msg);
+        tide_step_seq s = {&c[i], tok[i], n, TIDE_LOGITS_NONE};
+        tide_step_out out = {NULL, hid + (int64_t)i * 20 * W};
+        if (tide_forward(fx, &s, 1, &out, &st) != 0) fail_msg("%s", st.msg);
+        if (n > 1 && tide_dspark_seed(fx, &c[i], hid + (int64_t)i * 20 * W, n - 1, 0, &st) != 0) fail_msg("%s", st.msg);
+    }
+    int32_t *ids[2];
+    float *lg[2], *cf[2];
+    for (int k = 0; k < 2; k++) {
+        ids[k] = malloc((size_t)(N * (B + 1)) * sizeof(int32_t));
+        lg[k] = malloc((size_t)(N * B * V) * sizeof(float));
+        cf[k] = malloc((size_t)(N * B) * sizeof(float));
+        assert_true(ids[k] && lg[k] && cf[k]);
+    }
+    tide_dspark_job jobs[N];
+    for (int i = 0; i < N; i++) {
+        int64_t sp = c[i].pos - 1;
+        for (int k = 0; k < 2; k++) {
+            tide_dspark_out o = {ids[k] + i * (B + 1), lg[k] + i * B * V, cf[k] + i * B};
+            if (k == 0) {
+                if (tide_dspark_draft(fx, &c[i], hid + ((int64_t)i * 20 + sp) * W, sp, next[i], NULL, &o, &st) != 0)
+                    fail_msg("%s", st.msg);
+            } else {
+                jobs[i] = (tide_dspark_job){&c[i], hid + ((int64_t)i * 20 + sp) * W, sp, next[i], NULL, o};
+            }
+        }
+    }
+    if (tide_dspark_draft_many(fx, jobs, N, &st) != 0) fail_msg("%s", st.msg);
+    assert_memory_equal(ids[0], ids[1], (size_t)(N * (B + 1)) * sizeof(int32_t));
+    assert_memory_equal(lg[0], lg[1], (size_t)(N * B * V) * sizeof(float));
+    assert_memory_equal(cf[0], cf[1], (size_t)(N * B) * sizeof(float));
+    /* a sequence twice is refused */
+    jobs[1].cache = jobs[0].cache;
+    assert_int_equal(tide_dspark_draft_many(fx, jobs, 2, &st), -1);
+    assert_non_null(strstr(st.msg, "twice"));
+    for (int k = 0; k < 2; k++) {
+        free(ids[k]);
+        free(lg[k]);
+        free(cf[k]);
+    }
+    for (int i = 0; i < N; i++) tide_fwd_seq_free(fx, &c[i]);
+    free(hid);
+    tide_fwd_ctx_free(fx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_rows),
         cmocka_unit_test(test_rows_max),
+        cmocka_unit_test(test_draft_many),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,8 +3,10 @@
  * acceptance rates given on the command line (modelled: on random weights
  * the drafts are never right, so the measured acceptance means nothing
  * there; docs/spec.md). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench/drive.h"
 #include "bench/model_spec.h"
@@ -13,6 +15,7 @@
 #include "cli/bench.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "engine/request_jsonl.h"
 #include "engine/spec.h"
 
 static void usage(FILE *f) {
@@ -26,7 +29,9 @@ static void usage(FILE *f) {
             "The engine profiles the budget's cost model at start-up on the running backend\n"
             "(printed). With --acceptance, the budget is also simulated at every load with\n"
             "those per-position acceptance rates and the profiled (or --costs) costs.\n"
-            "Speculation implies the chunking-invariant mode; every mode runs in it.\n"
+            "Every mode runs in the engine's default layout (the same tokens as off). The CPU\n"
+            "seconds of each run (every thread, getrusage) are printed too, and the generated\n"
+            "tokens per CPU second: on a shared machine the wall time measures the load.\n"
             "\n"
             "options:\n"
             "  --model SPEC         checkpoint directory, or synth:tiny|small|flash|flash-ep8\n"
@@ -34,6 +39,9 @@ static void usage(FILE *f) {
             "  --modes LIST         comma-separated modes (default off,fixed:5,dspark)\n"
             "  --prompt N           prompt tokens (default 16)\n"
             "  --gen N              tokens generated per request (default 32)\n"
+            "  --input FILE         prompts from a JSONL file in the format of 'tide run --input'\n"
+            "                       (\"prompt_ids\"; only the prompts are used): load n takes the\n"
+            "                       first n, cycling (real text, where drafts can be right)\n"
             "  --acceptance LIST    per-position acceptance rates in percent, e.g. 80,70,60,50,40\n"
             "  --costs A,B,C        the cost model in microseconds (pass, per row, draft per\n"
             "                       sequence) instead of the profile, for the simulation\n"
@@ -42,7 +50,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct spec_opts {
-    const char *model, *modes;
+    const char *model, *modes, *input;
     bench_list seqs, acc, costs;
     int64_t prompt, gen;
     int no_run;
@@ -59,9 +67,95 @@ void tide_bench_spec_report(const tide_engine_stats *s) {
            s->spec_verify_fixed_s, s->spec_verify_token_s, s->spec_draft_seq_s);
 }
 
-/* One measured run: n requests at once under mode. */
+static double cpu_seconds(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
+           1e-6 * (double)u.ru_stime.tv_usec;
+}
+
+/* --input: the prompts of a JSONL request file. */
+typedef struct prompt_file {
+    int32_t **p;
+    int64_t *n, count;
+} prompt_file;
+
+static void prompts_free(prompt_file *f) {
+    for (int64_t i = 0; i < f->count; i++) free(f->p[i]);
+    free(f->p);
+    free(f->n);
+    memset(f, 0, sizeof *f);
+}
+
+static int prompts_read(const char *path, prompt_file *f, tide_status *st) {
+    memset(f, 0, sizeof *f);
+    FILE *in = fopen(path, "r");
+    if (!in) return tide_fail(st, TIDE_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    const tide_jsonl_defaults d = {.max_tokens = 1, .ignore_eos = 1};
+    char *line = NULL;
+    size_t cap = 0, len;
+    int64_t lineno = 0, fcap = 0;
+    int more, rc = 0;
+    while (rc == 0 && (more = tide_jsonl_next_line(in, &line, &cap, &len, &lineno)) != 0) {
+        if (more < 0) {
+            rc = tide_fail(st, TIDE_ERR_IO, "reading %s failed", path);
+            break;
+        }
+        tide_jsonl_request r;
+        rc = tide_jsonl_request_parse(line, len, lineno, &d, &r, st);
+        if (rc == 0 && r.req.n_prompt < 1) rc = tide_fail(st, TIDE_ERR_INVALID, "line %lld: empty prompt", (long long)lineno);
+        if (rc == 0 && f->count == fcap) {
+            fcap = fcap ? 2 * fcap : 64;
+            int32_t **p = realloc(f->p, (size_t)fcap * sizeof *p);
+            if (p) f->p = p;
+            int64_t *n = p ? realloc(f->n, (size_t)fcap * sizeof *n) : NULL;
+            if (n) f->n = n;
+            if (!p || !n) rc = tide_fail(st, TIDE_ERR_NOMEM, "out of memory for %lld prompts", (long long)fcap);
+        }
+        if (rc == 0) {
+            f->p[f->count] = r.prompt;
+            f->n[f->count++] = r.req.n_prompt;
+            r.prompt = NULL;
+        }
+        tide_jsonl_request_free(&r);
+    }
+    free(line);
+    fclose(in);
+    if (rc == 0 && f->count == 0) rc = tide_fail(st, TIDE_ERR_INVALID, "%s holds no requests", path);
+    if (rc != 0) prompts_free(f);
+    return rc;
+}
+
+/* n requests from the file's prompts (cycling), gen tokens each. */
+static int prompts_workload(const prompt_file *f, int64_t n, int64_t gen, tide_workload *w, tide_status *st) {
+    memset(w, 0, sizeof *w);
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; i++) total += f->n[i % f->count];
+    w->prompt = calloc((size_t)n, sizeof *w->prompt);
+    w->n_prompt = calloc((size_t)n, sizeof *w->n_prompt);
+    int32_t *ids = malloc((size_t)total * sizeof *ids);
+    if (!w->prompt || !w->n_prompt || !ids) {
+        free(ids);
+        tide_workload_free(w);
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory for the workload");
+    }
+    w->n = n;
+    w->max_tokens = gen;
+    w->total_prompt = total;
+    for (int64_t i = 0, at = 0; i < n; i++) {
+        const int64_t k = i % f->count;
+        memcpy(ids + at, f->p[k], (size_t)f->n[k] * sizeof *ids);
+        w->prompt[i] = ids + at;
+        w->n_prompt[i] = f->n[k];
+        at += f->n[k];
+    }
+    return 0;
+}
+
+/* One measured run: n requests at once under mode (wall and CPU time of
+ * the drive, engine creation and its profile excluded). */
 static int run_once(const spec_opts *o, const tide_model *m, const tide_workload *w, int mode, int k,
-                    tide_engine_stats *s, double *wall, tide_status *st) {
+                    tide_engine_stats *s, double *wall, double *cpu, tide_status *st) {
     tide_recorder rec;
     if (tide_recorder_init(&rec, w->n, w->n * w->max_tokens, st) != 0) return -1;
     tide_engine_config c = tide_bench_engine_config(&o->eng);
@@ -73,7 +167,10 @@ static int run_once(const spec_opts *o, const tide_model *m, const tide_workload
     tide_engine *e = NULL;
     tide_drive_result d;
     int rc = -1;
-    if (tide_engine_create_with_model(&c, m, &e, st) != 0 || tide_drive(e, &rec, w, 0, w->n, &d, st) != 0) goto done;
+    if (tide_engine_create_with_model(&c, m, &e, st) != 0) goto done;
+    double c0 = cpu_seconds();
+    if (tide_drive(e, &rec, w, 0, w->n, &d, st) != 0) goto done;
+    *cpu = cpu_seconds() - c0;
     if (rec.n_errors) {
         tide_fail(st, TIDE_ERR_INTERNAL, "%lld requests failed; the first: %s", (long long)rec.n_errors, rec.first_error);
         goto done;
@@ -133,7 +230,7 @@ int tide_bench_spec(int argc, char **argv) {
     for (int i = 0; i < 7; i++) o.seqs.v[i] = loads[i];
     o.seqs.n = 7;
     tide_bench_engine_defaults(&o.eng);
-    bench_opt t[8 + BENCH_ENGINE_OPTS + 1] = {
+    bench_opt t[9 + BENCH_ENGINE_OPTS + 1] = {
         {"--model", BENCH_STR, &o.model, 0, 0},
         {"--seqs", BENCH_LIST, &o.seqs, 1, 4096},
         {"--modes", BENCH_STR, &o.modes, 0, 0},
@@ -142,8 +239,9 @@ int tide_bench_spec(int argc, char **argv) {
         {"--acceptance", BENCH_LIST, &o.acc, 0, 100},
         {"--costs", BENCH_LIST, &o.costs, 0, 1000000000},
         {"--no-run", BENCH_FLAG, &o.no_run, 0, 0},
+        {"--input", BENCH_STR, &o.input, 0, 0},
     };
-    int nt = 8;
+    int nt = 9;
     tide_bench_engine_table(&o.eng, t, &nt);
     int rc = tide_bench_parse("spec", argc, argv, t, usage);
     if (rc >= 0) return rc;
@@ -156,7 +254,9 @@ int tide_bench_spec(int argc, char **argv) {
     if (nm < 0) return tide_bench_usage_error("spec", usage, "%s", st.msg);
 
     tide_model *m = NULL;
+    prompt_file pf = {0};
     rc = TIDE_EXIT_FAIL;
+    if (o.input && prompts_read(o.input, &pf, &st) != 0) goto done;
     tide_spec_costs costs = {0};
     if (tide_bench_load_model(o.model, (int)o.eng.threads, &m, &st) != 0) goto done;
     if (!m->has_dspark) {
@@ -164,21 +264,25 @@ int tide_bench_spec(int argc, char **argv) {
         goto done;
     }
     int block = (int)m->cfg.text.dspark_block_size;
-    printf("tide bench spec: model %s, prompt %lld, gen %lld, draft block %d, threads %lld, seed %lld\n", o.model,
-           (long long)o.prompt, (long long)o.gen, block, (long long)o.eng.threads, (long long)o.eng.seed);
+    if (o.input) printf("tide bench spec: model %s, prompts of %s, gen %lld, draft block %d, threads %lld\n", o.model,
+                        o.input, (long long)o.gen, block, (long long)o.eng.threads);
+    else
+        printf("tide bench spec: model %s, prompt %lld, gen %lld, draft block %d, threads %lld, seed %lld\n", o.model,
+               (long long)o.prompt, (long long)o.gen, block, (long long)o.eng.threads, (long long)o.eng.seed);
     if (!o.no_run) {
-        printf("  %5s %-9s %10s %10s %7s %12s %9s\n", "seqs", "mode", "tok/seq", "verified", "steps", "gen tok/s",
-               "vs off");
+        printf("  %5s %-9s %8s %8s %6s %10s %7s %9s %10s %8s  %s\n", "seqs", "mode", "tok/seq", "verified", "steps",
+               "gen tok/s", "vs off", "cpu s", "tok/cpu-s", "vs off", "draft s; cost model (ms: pass + row, draft)");
         for (int i = 0; i < o.seqs.n; i++) {
             tide_workload w = {0};
-            if (tide_workload_random(&w, o.seqs.v[i], o.prompt, o.prompt, o.gen, m->cfg.text.vocab_size,
-                                     m->cfg.image_token_id, (uint64_t)o.eng.seed + (uint64_t)i, &st) != 0)
+            if (o.input ? prompts_workload(&pf, o.seqs.v[i], o.gen, &w, &st) != 0
+                        : tide_workload_random(&w, o.seqs.v[i], o.prompt, o.prompt, o.gen, m->cfg.text.vocab_size,
+                                               m->cfg.image_token_id, (uint64_t)o.eng.seed + (uint64_t)i, &st) != 0)
                 goto done;
-            double base = 0;
+            double base = 0, cbase = 0;
             for (int x = 0; x < nm; x++) {
                 tide_engine_stats s;
-                double wall;
-                if (run_once(&o, m, &w, mode[x], k[x], &s, &wall, &st) != 0) {
+                double wall, cpu = 0;
+                if (run_once(&o, m, &w, mode[x], k[x], &s, &wall, &cpu, &st) != 0) {
                     tide_workload_free(&w);
                     goto done;
                 }
@@ -187,11 +291,21 @@ int tide_bench_spec(int argc, char **argv) {
                 double seq_steps = s.spec_seq_steps > 0 ? (double)s.spec_seq_steps : 1;
                 double tok = mode[x] == TIDE_SPEC_OFF ? 1.0 : 1.0 + (double)s.spec_accepted / seq_steps;
                 double ver = (double)s.spec_verified / seq_steps, tps = (double)s.tokens_generated / wall;
-                if (mode[x] == TIDE_SPEC_OFF) base = tps;
-                char name[24];
-                printf("  %5lld %-9s %10.3f %10.3f %7lld %12.1f %8s", (long long)o.seqs.v[i],
-                       tide_spec_name(mode[x], k[x], name, sizeof name), tok, ver, (long long)s.steps, tps, "");
-                if (base > 0 && mode[x] != TIDE_SPEC_OFF) printf("%+.1f%%", 100.0 * (tps / base - 1));
+                double cps = cpu > 0 ? (double)s.tokens_generated / cpu : 0;
+                if (mode[x] == TIDE_SPEC_OFF) {
+                    base = tps;
+                    cbase = cps;
+                }
+                char name[24], vs[16] = "", cvs[16] = "";
+                if (base > 0 && mode[x] != TIDE_SPEC_OFF) snprintf(vs, sizeof vs, "%+.1f%%", 100.0 * (tps / base - 1));
+                if (cbase > 0 && mode[x] != TIDE_SPEC_OFF)
+                    snprintf(cvs, sizeof cvs, "%+.1f%%", 100.0 * (cps / cbase - 1));
+                printf("  %5lld %-9s %8.3f %8.3f %6lld %10.1f %7s %9.2f %10.2f %8s", (long long)o.seqs.v[i],
+                       tide_spec_name(mode[x], k[x], name, sizeof name), tok, ver, (long long)s.steps, tps, vs, cpu,
+                       cps, cvs);
+                if (mode[x] != TIDE_SPEC_OFF)
+                    printf("  %.2f; %.1f + %.1f, %.1f", s.spec_draft_seconds, 1e3 * s.spec_verify_fixed_s,
+                           1e3 * s.spec_verify_token_s, 1e3 * s.spec_draft_seq_s);
                 printf("\n");
                 fflush(stdout);
             }
@@ -221,5 +335,6 @@ int tide_bench_spec(int argc, char **argv) {
 done:
     if (rc != TIDE_EXIT_OK) fprintf(stderr, "tide bench spec: %s\n", st.msg);
     tide_model_free(m);
+    prompts_free(&pf);
     return rc;
 }

@@ -24,7 +24,7 @@
 
 typedef struct tide_dspark_out {
     int32_t *draft_ids;  /* [block + 1]: the input token, then the drafts */
-    float *logits;       /* [block][vocab], Markov bias included */
+    float *logits;       /* [block][vocab], Markov bias included (NULL: not wanted) */
     float *confidence;   /* [block] confidence logits */
 } tide_dspark_out;
 
@@ -37,5 +37,19 @@ int tide_dspark_seed(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hidd
  * block draft ids to use instead of the argmax (for verification replays). */
 int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hidden_row, int64_t sp,
                       int32_t token, const int32_t *forced, tide_dspark_out *out, tide_status *st);
+
+/* The draft blocks of several sequences in one pass (rows are independent:
+ * each sequence's results equal tide_dspark_draft's bit for bit), so the
+ * stages, the head and the Markov head run as GEMMs over every sequence's
+ * rows. Fails, changing nothing, on a bad job or a sequence listed twice. */
+typedef struct tide_dspark_job {
+    tide_seq_cache *cache;
+    const float *main_hidden_row; /* [targets*dim], the row of position sp */
+    int64_t sp;
+    int32_t token;
+    const int32_t *forced;        /* NULL or [block] */
+    tide_dspark_out out;
+} tide_dspark_job;
+int tide_dspark_draft_many(tide_fwd_ctx *fx, const tide_dspark_job *jobs, int n, tide_status *st);
 
 #endif
