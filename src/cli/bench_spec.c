@@ -3,7 +3,6 @@
  * acceptance rates given on the command line (modelled: on random weights
  * the drafts are never right, so the measured acceptance means nothing
  * there; docs/spec.md). */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -67,89 +66,41 @@ void tide_bench_spec_report(const tide_engine_stats *s) {
            s->spec_verify_fixed_s, s->spec_verify_token_s, s->spec_draft_seq_s);
 }
 
+/* --input: the prompts of a JSONL request file, as views. */
+typedef struct prompt_file {
+    tide_bench_jsonl f;
+    const int32_t **p;
+    int64_t *n;
+} prompt_file;
+
+static void prompts_free(prompt_file *pf) {
+    tide_bench_jsonl_free(&pf->f);
+    free(pf->p);
+    free(pf->n);
+    memset(pf, 0, sizeof *pf);
+}
+
+static int prompts_read(const char *path, prompt_file *pf, tide_status *st) {
+    memset(pf, 0, sizeof *pf);
+    if (tide_bench_jsonl_read(path, 1, &pf->f, st) != 0) return -1;
+    pf->p = malloc((size_t)pf->f.n * sizeof *pf->p);
+    pf->n = malloc((size_t)pf->f.n * sizeof *pf->n);
+    if (!pf->p || !pf->n) {
+        prompts_free(pf);
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory for %lld prompts", (long long)pf->f.n);
+    }
+    for (int64_t i = 0; i < pf->f.n; i++) {
+        pf->p[i] = pf->f.r[i].req.prompt;
+        pf->n[i] = pf->f.r[i].req.n_prompt;
+    }
+    return 0;
+}
+
 static double cpu_seconds(void) {
     struct rusage u;
     getrusage(RUSAGE_SELF, &u);
     return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
            1e-6 * (double)u.ru_stime.tv_usec;
-}
-
-/* --input: the prompts of a JSONL request file. */
-typedef struct prompt_file {
-    int32_t **p;
-    int64_t *n, count;
-} prompt_file;
-
-static void prompts_free(prompt_file *f) {
-    for (int64_t i = 0; i < f->count; i++) free(f->p[i]);
-    free(f->p);
-    free(f->n);
-    memset(f, 0, sizeof *f);
-}
-
-static int prompts_read(const char *path, prompt_file *f, tide_status *st) {
-    memset(f, 0, sizeof *f);
-    FILE *in = fopen(path, "r");
-    if (!in) return tide_fail(st, TIDE_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    const tide_jsonl_defaults d = {.max_tokens = 1, .ignore_eos = 1};
-    char *line = NULL;
-    size_t cap = 0, len;
-    int64_t lineno = 0, fcap = 0;
-    int more, rc = 0;
-    while (rc == 0 && (more = tide_jsonl_next_line(in, &line, &cap, &len, &lineno)) != 0) {
-        if (more < 0) {
-            rc = tide_fail(st, TIDE_ERR_IO, "reading %s failed", path);
-            break;
-        }
-        tide_jsonl_request r;
-        rc = tide_jsonl_request_parse(line, len, lineno, &d, &r, st);
-        if (rc == 0 && r.req.n_prompt < 1) rc = tide_fail(st, TIDE_ERR_INVALID, "line %lld: empty prompt", (long long)lineno);
-        if (rc == 0 && f->count == fcap) {
-            fcap = fcap ? 2 * fcap : 64;
-            int32_t **p = realloc(f->p, (size_t)fcap * sizeof *p);
-            if (p) f->p = p;
-            int64_t *n = p ? realloc(f->n, (size_t)fcap * sizeof *n) : NULL;
-            if (n) f->n = n;
-            if (!p || !n) rc = tide_fail(st, TIDE_ERR_NOMEM, "out of memory for %lld prompts", (long long)fcap);
-        }
-        if (rc == 0) {
-            f->p[f->count] = r.prompt;
-            f->n[f->count++] = r.req.n_prompt;
-            r.prompt = NULL;
-        }
-        tide_jsonl_request_free(&r);
-    }
-    free(line);
-    fclose(in);
-    if (rc == 0 && f->count == 0) rc = tide_fail(st, TIDE_ERR_INVALID, "%s holds no requests", path);
-    if (rc != 0) prompts_free(f);
-    return rc;
-}
-
-/* n requests from the file's prompts (cycling), gen tokens each. */
-static int prompts_workload(const prompt_file *f, int64_t n, int64_t gen, tide_workload *w, tide_status *st) {
-    memset(w, 0, sizeof *w);
-    int64_t total = 0;
-    for (int64_t i = 0; i < n; i++) total += f->n[i % f->count];
-    w->prompt = calloc((size_t)n, sizeof *w->prompt);
-    w->n_prompt = calloc((size_t)n, sizeof *w->n_prompt);
-    int32_t *ids = malloc((size_t)total * sizeof *ids);
-    if (!w->prompt || !w->n_prompt || !ids) {
-        free(ids);
-        tide_workload_free(w);
-        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory for the workload");
-    }
-    w->n = n;
-    w->max_tokens = gen;
-    w->total_prompt = total;
-    for (int64_t i = 0, at = 0; i < n; i++) {
-        const int64_t k = i % f->count;
-        memcpy(ids + at, f->p[k], (size_t)f->n[k] * sizeof *ids);
-        w->prompt[i] = ids + at;
-        w->n_prompt[i] = f->n[k];
-        at += f->n[k];
-    }
-    return 0;
 }
 
 /* One measured run: n requests at once under mode (wall and CPU time of
@@ -274,7 +225,7 @@ int tide_bench_spec(int argc, char **argv) {
                "gen tok/s", "vs off", "cpu s", "tok/cpu-s", "vs off", "draft s; cost model (ms: pass + row, draft)");
         for (int i = 0; i < o.seqs.n; i++) {
             tide_workload w = {0};
-            if (o.input ? prompts_workload(&pf, o.seqs.v[i], o.gen, &w, &st) != 0
+            if (o.input ? tide_workload_cycle(&w, pf.p, pf.n, pf.f.n, o.seqs.v[i], o.gen, &st) != 0
                         : tide_workload_random(&w, o.seqs.v[i], o.prompt, o.prompt, o.gen, m->cfg.text.vocab_size,
                                                m->cfg.image_token_id, (uint64_t)o.eng.seed + (uint64_t)i, &st) != 0)
                 goto done;
