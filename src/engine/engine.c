@@ -99,6 +99,7 @@ struct tide_engine {
     /* speculative decoding (spec.h; docs/spec.md) */
     int spec, spec_k, block;  /* mode, fixed K, the draft block (0 when off) */
     int draft_off, draft_skips; /* dspark: drafting did not pay last time; steps skipped since */
+    int draft_period;           /* dspark, drafting off: a probe every this many steps (8 .. 64) */
     tide_spec_costs costs;
     int32_t *spec_tok;        /* [max_seqs][block + 1] the verify chunks, by plan item */
     float *dsp_in;            /* [rows][targets x dim] the pass's DSpark inputs */
@@ -383,6 +384,7 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
             goto fail;
         }
         e->spec = cfg->spec_mode;
+        e->draft_period = 8;
         e->block = (int)tc->dspark_block_size;
         e->spec_k = cfg->spec_k < e->block ? cfg->spec_k : e->block;
     }
@@ -779,8 +781,10 @@ static void draft_rows(tide_engine *e, const tide_sched_plan *p) {
         if (q->state != TIDE_REQ_RUNNING || !q->has_cache) continue;
         int sampled = it->logits == TIDE_LOGITS_LAST;
         int64_t keep = q->n_verify > 0 ? e->n_new[i] : it->n_tokens, sp = it->pos + keep - 1;
-        /* dspark while drafting does not pay: no draft but every 8th step */
-        int skip = sampled && e->spec == TIDE_SPEC_DSPARK && e->draft_off && e->draft_skips % 8 != 7;
+        /* dspark while drafting does not pay: no draft but a probe every
+         * draft_period steps */
+        int skip = sampled && e->spec == TIDE_SPEC_DSPARK && e->draft_off &&
+                   e->draft_skips % e->draft_period != e->draft_period - 1;
         int64_t seed = sampled && !skip ? keep - 1 : keep; /* the last row drafts (seeding its position) */
         tide_status st = {0};
         if (seed > 0 && tide_dspark_seed(e->fx, &q->cache, h, seed, it->pos, &st) != 0) goto bad;
@@ -859,7 +863,10 @@ static void spec_attach(tide_engine *e) {
         double sb = 0;
         for (int c = 0; c < n; c++)
             for (int j = 0; j < e->take[c]; j++) sb += e->surv[(int64_t)c * e->block + j];
-        e->draft_off = e->spec == TIDE_SPEC_DSPARK && !tide_spec_draft_pays(&e->costs, n, sb, p->n_tokens, B);
+        int off = e->spec == TIDE_SPEC_DSPARK && !tide_spec_draft_pays(&e->costs, n, sb, p->n_tokens, B);
+        /* a probe that did not pay either: probe half as often (8 .. 64 steps) */
+        e->draft_period = !off ? 8 : e->draft_off && e->draft_period < 64 ? 2 * e->draft_period : e->draft_period;
+        e->draft_off = off;
         e->draft_skips = 0;
     }
     for (int c = 0; c < n; c++) {
