@@ -171,9 +171,8 @@ typedef struct tide_engine_config {
      * TIDE_SPEC_OFF (default), TIDE_SPEC_FIXED (every decoding sequence
      * verifies spec_k drafts, capped at the draft block) or TIDE_SPEC_DSPARK
      * (the confidence-scheduled budget). Needs a checkpoint with DSpark
-     * stages and the chunking-invariant mode (canonical_layout 1,
-     * index_key_quirk 0), where rolling back rejected drafts is exact:
-     * outputs are then identical to TIDE_SPEC_OFF's. */
+     * stages; in every layout mode the outputs are identical to
+     * TIDE_SPEC_OFF's (verify rows compute what decode steps would). */
     int spec_mode;
     int spec_k;
     /* The budget's cost model in seconds (verify pass fixed, per row, draft

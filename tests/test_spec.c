@@ -12,6 +12,11 @@
  * disjoint seeds; the budget rule on known inputs; --spec parsing; bad
  * configurations.
  *
+ * Every run is in the engine's default mode, the reference's attention
+ * layout with its index-key quirk, where a verify chunk is only exact
+ * through the forward pass's decode rows (test_spec_rows.c); the
+ * chunking-invariant mode once (test_canonical).
+ *
  * The model: a fresh synthetic checkpoint (TIDE_TEST_SHAPE, default tiny)
  * or the checkpoint directory in TIDE_SPEC_MODEL (e.g. tide-mini).
  * TIDE_SPEC_FILTER=NAME runs only the tests matching it (cmocka's filter). */
@@ -86,11 +91,13 @@ static void hook(void *ctx, void *user, const int32_t *tokens, int64_t n_tokens,
     h->calls++;
 }
 
+static int g_canonical; /* 1: the chunking-invariant mode */
+
 static tide_engine_config cfg_for(int mode, int k) {
-    tide_engine_config c = tide_engine_config_default();
+    tide_engine_config c = tide_engine_config_default(); /* the reference's layout and quirk */
     c.n_threads = 2;
-    c.canonical_layout = 1;
-    c.index_key_quirk = 0;
+    c.canonical_layout = g_canonical;
+    c.index_key_quirk = !g_canonical;
     c.max_seqs = 16;
     c.max_step_tokens = 96;
     c.spec_mode = mode;
@@ -201,6 +208,7 @@ static void identical(fixture *f, int sampled) {
          * head span the vocabulary): 2 greedy requests with it; the
          * sampled runs take the corrupted oracles only (time under ASan) */
         if (sampled && (!cases[k].hook || !cases[k].corrupt || cases[k].k == 2)) continue;
+        if (g_canonical && cases[k].k != 5) continue; /* the other mode once */
         memcpy(&x, &off, sizeof x);
         memset(x.out, 0, sizeof x.out);
         if (!cases[k].hook) x.n = 2;
@@ -221,6 +229,11 @@ static void identical(fixture *f, int sampled) {
 }
 
 static void test_greedy_identical(void **state) { identical(*state, 0); }
+static void test_canonical(void **state) {
+    g_canonical = 1;
+    identical(*state, 0);
+    g_canonical = 0;
+}
 static void test_sampled_identical(void **state) { identical(*state, 1); }
 
 /* Preemption and the prefix cache under speculation: a small pool and
@@ -252,6 +265,53 @@ static void test_preempt_prefix(void **state) {
     assert_true(x.prefix_hits > 0);
 }
 
+/* A one-token prompt drafts right after its prefill (the head has the
+ * row of position 0 and the token sampled from it): with the head's own
+ * drafts, a block is drafted after the first step, and with a hook's
+ * drafts (the off run's tokens) the first verify step comes right after
+ * the prefill and accepts them; outputs equal off's. */
+static void test_one_token_prompt(void **state) {
+    fixture *f = *state;
+    runset off, x;
+    make(f, &off, 2, 13, 0);
+    for (int i = 0; i < off.n; i++) {
+        off.n_prompt[i] = 1;
+        off.sp[i].max_tokens = 6;
+    }
+    tide_engine_config c = cfg_for(TIDE_SPEC_OFF, 0);
+    run(f, &c, &off, NULL);
+    /* the head's own draft after the prefill step */
+    c = cfg_for(TIDE_SPEC_FIXED, 3);
+    tide_status st = {0};
+    tide_engine *e;
+    if (tide_engine_create_with_model(&c, f->m, &e, &st) != 0) fail_msg("%s", st.msg);
+    tide_request r = tide_request_default();
+    r.prompt = off.prompt[0];
+    r.n_prompt = 1;
+    r.sampling = off.sp[0];
+    tide_request_id id;
+    if (tide_engine_submit(e, &r, &id, &st) != 0) fail_msg("%s", st.msg);
+    assert_int_equal(tide_engine_step(e, &st), 0); /* the prefill */
+    tide_engine_stats s;
+    tide_engine_get_stats(e, &s);
+    assert_int_equal(s.spec_drafted, f->m->cfg.text.dspark_block_size);
+    assert_int_equal(tide_engine_step(e, &st), 0); /* verifies them (as many as position 1 allows) */
+    tide_engine_get_stats(e, &s);
+    assert_int_equal(s.spec_steps, 1);
+    assert_true(s.spec_verified >= 1);
+    tide_engine_destroy(e);
+    /* oracle drafts: accepted from the first step on */
+    memcpy(&x, &off, sizeof x);
+    memset(x.out, 0, sizeof x.out);
+    hook_ctx h = {&off, {f->seed}, 0, 0};
+    c = cfg_for(TIDE_SPEC_FIXED, 3);
+    run(f, &c, &x, &h);
+    same(&x, &off, "one-token prompts, fixed:3 oracle");
+    /* every draft right */
+    assert_true(x.verified >= off.n);
+    assert_int_equal(x.accepted, x.verified);
+}
+
 /* Two-sample chi-square: the first two tokens (top-k 3, 9 cells) of
  * sampling under dspark with greedy-guess drafts over seeds 1..N against
  * plain sampling over seeds N+1..2N. */
@@ -277,13 +337,6 @@ static void test_chi_square(void **state) {
     enum { N = 64 };
     runset one;
     make(f, &one, 1, 11, 0);
-    /* a one-token prompt drafts nothing after its prefill (the draft head
-     * is seeded from position 1 on), and with 3 new tokens nothing after
-     * that either: at least 2 prompt tokens (seed 1883434068979406) */
-    if (one.n_prompt[0] < 2) {
-        one.prompt[0][1] = one.prompt[0][0];
-        one.n_prompt[0] = 2;
-    }
     one.sp[0].max_tokens = 2;
     tide_engine_config c = cfg_for(TIDE_SPEC_OFF, 0);
     run(f, &c, &one, NULL); /* the greedy guess */
@@ -409,11 +462,7 @@ static void test_parse_and_config(void **state) {
         assert_non_null(strstr(st.msg, "--spec"));
     }
     tide_engine *e;
-    tide_engine_config c = cfg_for(TIDE_SPEC_DSPARK, 0);
-    c.index_key_quirk = 1;
-    assert_int_equal(tide_engine_create_with_model(&c, f->m, &e, &st), -1);
-    assert_non_null(strstr(st.msg, "chunking-invariant"));
-    c = cfg_for(7, 0);
+    tide_engine_config c = cfg_for(7, 0);
     assert_int_equal(tide_engine_create_with_model(&c, f->m, &e, &st), -1);
     c = cfg_for(TIDE_SPEC_FIXED, 0);
     assert_int_equal(tide_engine_create_with_model(&c, f->m, &e, &st), -1);
@@ -431,7 +480,7 @@ static void test_parse_and_config(void **state) {
     tide_engine_destroy(e);
 }
 
-/* tide run --spec: the same ids as off in the chunking-invariant mode;
+/* tide run --spec: the same ids as off (the default mode);
  * a bad value is a usage error naming the flag; --help lists it. */
 static void test_cli(void **state) {
     fixture *f = *state;
@@ -439,8 +488,7 @@ static void test_cli(void **state) {
     if (!dir || !*dir) dir = f->dir;
     char cmd[4096], *a = NULL, *b = NULL, *c = NULL;
     snprintf(cmd, sizeof cmd,
-             "'%s' run --model '%s' --prompt-ids 11,12,13,14 --max-tokens 12 --canonical-layout --no-index-quirk "
-             "2>/dev/null",
+             "'%s' run --model '%s' --prompt-ids 11,12,13,14 --max-tokens 12 2>/dev/null",
              TIDE_EXE, dir);
     assert_int_equal(tu_system(cmd, &a), 0);
     snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt-ids 11,12,13,14 --max-tokens 12 --spec fixed:3 2>/dev/null",
@@ -473,6 +521,8 @@ int main(void) {
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_parse_and_config),
         cmocka_unit_test(test_greedy_identical),
+        cmocka_unit_test(test_canonical),
+        cmocka_unit_test(test_one_token_prompt),
         cmocka_unit_test(test_sampled_identical),
         cmocka_unit_test(test_preempt_prefix),
         cmocka_unit_test(test_chi_square),

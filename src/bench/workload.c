@@ -95,6 +95,31 @@ int tide_workload_shared_prefix(tide_workload *w, int64_t n, int64_t shared, int
     return 0;
 }
 
+int tide_workload_cycle(tide_workload *w, const int32_t *const *prompts, const int64_t *n_prompts, int64_t count,
+                        int64_t n, int64_t gen, tide_status *st) {
+    memset(w, 0, sizeof *w);
+    if (check(n, gen, 5, st) != 0) return -1;
+    if (count < 1) return tide_fail(st, TIDE_ERR_INVALID, "workload: no prompts");
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len = n_prompts[i % count];
+        if (len < 1 || len > ((int64_t)1 << 24))
+            return tide_fail(st, TIDE_ERR_INVALID, "workload: prompt %lld has %lld tokens", (long long)(i % count),
+                             (long long)len);
+        total += len;
+    }
+    if (alloc_workload(w, n, total, gen, st) != 0) return -1;
+    int32_t *ids = w->prompt[0];
+    for (int64_t i = 0, at = 0; i < n; i++) {
+        int64_t k = i % count;
+        memcpy(ids + at, prompts[k], (size_t)n_prompts[k] * sizeof *ids);
+        w->prompt[i] = ids + at;
+        w->n_prompt[i] = n_prompts[k];
+        at += n_prompts[k];
+    }
+    return 0;
+}
+
 void tide_workload_free(tide_workload *w) {
     if (!w) return;
     if (w->prompt) free(w->prompt[0]);

@@ -27,6 +27,9 @@ int tide_workload_random(tide_workload *w, int64_t n, int64_t len_lo, int64_t le
                          int64_t image_token, uint64_t seed, tide_status *st);
 int tide_workload_shared_prefix(tide_workload *w, int64_t n, int64_t shared, int64_t suffix, int64_t gen,
                                 int64_t vocab, int64_t image_token, uint64_t seed, tide_status *st);
+/* n requests over the given prompts (prompt i = prompts[i % count]). */
+int tide_workload_cycle(tide_workload *w, const int32_t *const *prompts, const int64_t *n_prompts, int64_t count,
+                        int64_t n, int64_t gen, tide_status *st);
 void tide_workload_free(tide_workload *w);
 
 /* Token `index` of the stream `seed`: uniform in [3, vocab), never the image

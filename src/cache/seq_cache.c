@@ -106,6 +106,7 @@ int tide_seq_checkpoint(tide_seq_cache *c, tide_seq_ckpt *ck, int max_ahead, tid
     ck->tail_lo = c->tail_lo;
     ck->published = c->published;
     ck->max_ahead = max_ahead;
+    ck->decode_rows = 0;
     for (int l = 0; l < c->n_layers; l++)
         for (int i = 0; i < max_ahead; i++)
             memcpy(ck->ring + ((size_t)l * max_ahead + i) * eb, tide_seq_ring(c, l, c->pos + i), eb);
@@ -156,7 +157,8 @@ int tide_seq_rollback(tide_seq_cache *c, tide_seq_ckpt *ck, int64_t keep, tide_s
             memcpy(tide_seq_ring(c, l, ck->pos + i), ck->ring + ((size_t)l * ck->max_ahead + (size_t)i) * c->ring_bytes,
                    c->ring_bytes);
     /* partial groups, compressed counts, published keys as one chunk of
-     * `keep` tokens leaves them (sources in layer order publish in order) */
+     * `keep` tokens leaves them (sources in layer order publish in order),
+     * or as one-token steps do (decode rows) */
     int published = ck->published;
     for (int k = 0; k < c->n_src; k++) {
         int64_t r = c->src[k].ratio;
@@ -164,12 +166,34 @@ int tide_seq_rollback(tide_seq_cache *c, tide_seq_ckpt *ck, int64_t keep, tide_s
         c->n_comp[k] = end / r;
         if (c->src[k].publishes && end / r > ck->pos / r) published = c->src[k].layer;
     }
-    c->published = published;
+    c->published = ck->decode_rows ? tide_seq_published_after(c, ck->published, ck->pos, end) : published;
     c->pos = end; /* the history's length is pos */
     c->dspark_pos = c->dspark_pos < end ? c->dspark_pos : end;
     c->tail_lo = ck->tail_lo;
     c->ckpt = NULL;
     return 0;
+}
+
+/* the highest publishing source at or below max_layer whose group completes
+ * at position t, or -1 */
+static int publisher_at(const tide_seq_cache *c, int64_t t, int max_layer) {
+    for (int k = c->n_src - 1; k >= 0; k--)
+        if (c->src[k].publishes && c->src[k].layer <= max_layer && (t + 1) % c->src[k].ratio == 0)
+            return c->src[k].layer;
+    return -1;
+}
+
+int tide_seq_published_after(const tide_seq_cache *c, int published, int64_t from, int64_t end) {
+    for (int64_t t = end - 1; t >= from; t--) {
+        int l = publisher_at(c, t, INT32_MAX);
+        if (l >= 0) return l;
+    }
+    return published;
+}
+
+int tide_seq_published_at(const tide_seq_cache *c, int published, int64_t from, int64_t t, int layer) {
+    int l = publisher_at(c, t, layer);
+    return l >= 0 ? l : tide_seq_published_after(c, published, from, t);
 }
 
 void tide_seq_ckpt_free(tide_seq_ckpt *ck) {

@@ -112,6 +112,12 @@ typedef struct tide_seq_ckpt {
     int64_t pos, dspark_pos, tail_lo;
     int published;
     int max_ahead;
+    /* Set by the caller after tide_seq_checkpoint (which clears it): the
+     * rows fed under this checkpoint compute what one-token steps at their
+     * positions would (the forward pass's decode numerics, docs/model.md
+     * "Decode rows"), and rollback restores `published` by the one-token-step
+     * rule. For verifying drafts in the reference's layout and quirk. */
+    int decode_rows;
     uint8_t *ring;     /* [n_layers][max_ahead][ring_bytes] (packed entries) */
     float *part_kv;    /* [n_src][max_ratio][head_dim] */
     float *part_score;
@@ -126,12 +132,23 @@ typedef struct tide_seq_ckpt {
  * feed c past ck->pos + max_ahead while it is active. */
 int tide_seq_checkpoint(tide_seq_cache *c, tide_seq_ckpt *ck, int max_ahead, tide_status *st);
 /* Puts c back exactly as if only `keep` of the tokens fed since the
- * checkpoint had been fed (as one chunk): pos, history length, ring slots,
+ * checkpoint had been fed (as one chunk, or one token per step with
+ * ck->decode_rows): pos, history length, ring slots,
  * partial groups, n_comp, published, dspark_pos. KV pool blocks beyond the
  * need are kept (their stale positions are never read before being
  * rewritten). 0 <= keep <= tokens fed. Detaches the checkpoint. */
 int tide_seq_rollback(tide_seq_cache *c, tide_seq_ckpt *ck, int64_t keep, tide_status *st);
 void tide_seq_ckpt_free(tide_seq_ckpt *ck);
+
+/* The reference's index-key republish rule, one token per step: the layer
+ * whose keys are published after positions [from, end) were decoded one at
+ * a time from state `published` (at each position the highest publishing
+ * source whose ratio-r group completes there; unchanged where none does). */
+int tide_seq_published_after(const tide_seq_cache *c, int published, int64_t from, int64_t end);
+/* In the one-token step of position t (from <= t), once the layers up to
+ * `layer` ran: a publishing source at or below `layer` whose group completes
+ * at t, else the state after t - 1. */
+int tide_seq_published_at(const tide_seq_cache *c, int published, int64_t from, int64_t t, int layer);
 
 /* The compressor input log of source `slot` at position p (NULL when no
  * checkpoint covers p): where the forward pass copies kv / score rows. */

@@ -18,6 +18,20 @@ int tide_bench_spec(int argc, char **argv);     /* bench_spec.c */
 /* The speculative figures of an engine run (--spec): accepted length,
  * verified drafts per sequence-step, the profiled cost model. */
 void tide_bench_spec_report(const tide_engine_stats *s);
+
+/* The requests of a JSONL file in the format of 'tide run --input', in file
+ * order (bench_offline.c; bench spec takes their prompts). gen: the
+ * max_tokens of lines without one. Every line is checked before the model
+ * loads, so a bad file fails fast. */
+struct tide_jsonl_request;
+typedef struct tide_bench_jsonl {
+    struct tide_jsonl_request *r;
+    int64_t *lineno; /* [n] each request's line, for messages */
+    int64_t n, cap;
+    int64_t total_prompt, len_lo, len_hi, max_tokens_sum;
+} tide_bench_jsonl;
+int tide_bench_jsonl_read(const char *path, int64_t gen, tide_bench_jsonl *w, tide_status *st);
+void tide_bench_jsonl_free(tide_bench_jsonl *w);
 int tide_bench_step(int argc, char **argv);     /* bench_step.c: decode and prefill */
 int tide_bench_roofline(int argc, char **argv); /* bench_roofline.c */
 int tide_bench_kvstore(int argc, char **argv);  /* bench_kvstore.c */

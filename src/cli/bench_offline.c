@@ -70,15 +70,9 @@ typedef struct offline_opts {
     bench_engine_opts eng;
 } offline_opts;
 
-/* The requests of a JSONL file, in file order. */
-typedef struct jsonl_workload {
-    tide_jsonl_request *r;
-    int64_t *lineno; /* [n] each request's line, for messages */
-    int64_t n, cap;
-    int64_t total_prompt, len_lo, len_hi, max_tokens_sum;
-} jsonl_workload;
+typedef tide_bench_jsonl jsonl_workload;
 
-static void jsonl_free(jsonl_workload *w) {
+void tide_bench_jsonl_free(jsonl_workload *w) {
     for (int64_t i = 0; i < w->n; i++) tide_jsonl_request_free(&w->r[i]);
     free(w->r);
     free(w->lineno);
@@ -110,7 +104,7 @@ static int jsonl_push(jsonl_workload *w, tide_jsonl_request *r, int64_t lineno, 
 
 /* Reads and checks every line of path before the model is loaded, so a bad
  * file fails fast. */
-static int jsonl_read(const char *path, int64_t gen, jsonl_workload *w, tide_status *st) {
+int tide_bench_jsonl_read(const char *path, int64_t gen, jsonl_workload *w, tide_status *st) {
     memset(w, 0, sizeof *w);
     FILE *in = !strcmp(path, "-") ? stdin : fopen(path, "r");
     if (!in) return tide_fail(st, TIDE_ERR_IO, "cannot open %s: %s", path, strerror(errno));
@@ -132,7 +126,7 @@ static int jsonl_read(const char *path, int64_t gen, jsonl_workload *w, tide_sta
     if (rc == 0 && w->n == 0) rc = tide_fail(st, TIDE_ERR_INVALID, "%s holds no requests", path);
     free(line);
     if (in != stdin) fclose(in);
-    if (rc != 0) jsonl_free(w);
+    if (rc != 0) tide_bench_jsonl_free(w);
     return rc;
 }
 
@@ -237,7 +231,7 @@ int tide_bench_offline(int argc, char **argv) {
     tide_drive_result d;
     summary sum;
     rc = TIDE_EXIT_FAIL;
-    if (o.input && jsonl_read(o.input, o.gen, &jw, &st) != 0) goto done;
+    if (o.input && tide_bench_jsonl_read(o.input, o.gen, &jw, &st) != 0) goto done;
     if (tide_bench_load_model(o.model, (int)o.eng.threads, &m, &st) != 0) goto done;
     if (o.input) {
         sum = (summary){jw.n, jw.len_lo, jw.len_hi, jw.total_prompt};
@@ -274,7 +268,7 @@ done:
     tide_engine_destroy(e);
     tide_model_free(m);
     tide_workload_free(&w);
-    jsonl_free(&jw);
+    tide_bench_jsonl_free(&jw);
     tide_recorder_free(&rec);
     return rc;
 }

@@ -5,6 +5,7 @@
  * there; docs/spec.md). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench/drive.h"
 #include "bench/model_spec.h"
@@ -13,6 +14,7 @@
 #include "cli/bench.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "engine/request_jsonl.h"
 #include "engine/spec.h"
 
 static void usage(FILE *f) {
@@ -26,7 +28,9 @@ static void usage(FILE *f) {
             "The engine profiles the budget's cost model at start-up on the running backend\n"
             "(printed). With --acceptance, the budget is also simulated at every load with\n"
             "those per-position acceptance rates and the profiled (or --costs) costs.\n"
-            "Speculation implies the chunking-invariant mode; every mode runs in it.\n"
+            "Every mode runs in the engine's default layout (the same tokens as off). The CPU\n"
+            "seconds of each run (every thread, getrusage) are printed too, and the generated\n"
+            "tokens per CPU second: on a shared machine the wall time measures the load.\n"
             "\n"
             "options:\n"
             "  --model SPEC         checkpoint directory, or synth:tiny|small|flash|flash-ep8\n"
@@ -34,6 +38,9 @@ static void usage(FILE *f) {
             "  --modes LIST         comma-separated modes (default off,fixed:5,dspark)\n"
             "  --prompt N           prompt tokens (default 16)\n"
             "  --gen N              tokens generated per request (default 32)\n"
+            "  --input FILE         prompts from a JSONL file in the format of 'tide run --input'\n"
+            "                       (\"prompt_ids\"; only the prompts are used): load n takes the\n"
+            "                       first n, cycling (real text, where drafts can be right)\n"
             "  --acceptance LIST    per-position acceptance rates in percent, e.g. 80,70,60,50,40\n"
             "  --costs A,B,C        the cost model in microseconds (pass, per row, draft per\n"
             "                       sequence) instead of the profile, for the simulation\n"
@@ -42,7 +49,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct spec_opts {
-    const char *model, *modes;
+    const char *model, *modes, *input;
     bench_list seqs, acc, costs;
     int64_t prompt, gen;
     int no_run;
@@ -59,23 +66,62 @@ void tide_bench_spec_report(const tide_engine_stats *s) {
            s->spec_verify_fixed_s, s->spec_verify_token_s, s->spec_draft_seq_s);
 }
 
-/* One measured run: n requests at once under mode. */
+/* --input: the prompts of a JSONL request file, as views. */
+typedef struct prompt_file {
+    tide_bench_jsonl f;
+    const int32_t **p;
+    int64_t *n;
+} prompt_file;
+
+static void prompts_free(prompt_file *pf) {
+    tide_bench_jsonl_free(&pf->f);
+    free(pf->p);
+    free(pf->n);
+    memset(pf, 0, sizeof *pf);
+}
+
+static int prompts_read(const char *path, prompt_file *pf, tide_status *st) {
+    memset(pf, 0, sizeof *pf);
+    if (tide_bench_jsonl_read(path, 1, &pf->f, st) != 0) return -1;
+    pf->p = malloc((size_t)pf->f.n * sizeof *pf->p);
+    pf->n = malloc((size_t)pf->f.n * sizeof *pf->n);
+    if (!pf->p || !pf->n) {
+        prompts_free(pf);
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory for %lld prompts", (long long)pf->f.n);
+    }
+    for (int64_t i = 0; i < pf->f.n; i++) {
+        pf->p[i] = pf->f.r[i].req.prompt;
+        pf->n[i] = pf->f.r[i].req.n_prompt;
+    }
+    return 0;
+}
+
+static double cpu_seconds(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
+           1e-6 * (double)u.ru_stime.tv_usec;
+}
+
+/* One measured run: n requests at once under mode (wall and CPU time of
+ * the drive, engine creation and its profile excluded). */
 static int run_once(const spec_opts *o, const tide_model *m, const tide_workload *w, int mode, int k,
-                    tide_engine_stats *s, double *wall, tide_status *st) {
+                    tide_engine_stats *s, double *wall, double *cpu, tide_status *st) {
     tide_recorder rec;
     if (tide_recorder_init(&rec, w->n, w->n * w->max_tokens, st) != 0) return -1;
     tide_engine_config c = tide_bench_engine_config(&o->eng);
     c.on_event = tide_recorder_on_event;
     c.event_ctx = &rec;
-    c.canonical_layout = 1;
-    c.index_key_quirk = 0;
     c.spec_mode = mode;
     c.spec_k = k;
     if (c.max_seqs < w->n) c.max_seqs = (int)w->n;
     tide_engine *e = NULL;
     tide_drive_result d;
     int rc = -1;
-    if (tide_engine_create_with_model(&c, m, &e, st) != 0 || tide_drive(e, &rec, w, 0, w->n, &d, st) != 0) goto done;
+    if (tide_engine_create_with_model(&c, m, &e, st) != 0) goto done;
+    double c0 = cpu_seconds();
+    if (tide_drive(e, &rec, w, 0, w->n, &d, st) != 0) goto done;
+    *cpu = cpu_seconds() - c0;
     if (rec.n_errors) {
         tide_fail(st, TIDE_ERR_INTERNAL, "%lld requests failed; the first: %s", (long long)rec.n_errors, rec.first_error);
         goto done;
@@ -135,7 +181,7 @@ int tide_bench_spec(int argc, char **argv) {
     for (int i = 0; i < 7; i++) o.seqs.v[i] = loads[i];
     o.seqs.n = 7;
     tide_bench_engine_defaults(&o.eng);
-    bench_opt t[8 + BENCH_ENGINE_OPTS + 1] = {
+    bench_opt t[9 + BENCH_ENGINE_OPTS + 1] = {
         {"--model", BENCH_STR, &o.model, 0, 0},
         {"--seqs", BENCH_LIST, &o.seqs, 1, 4096},
         {"--modes", BENCH_STR, &o.modes, 0, 0},
@@ -144,8 +190,9 @@ int tide_bench_spec(int argc, char **argv) {
         {"--acceptance", BENCH_LIST, &o.acc, 0, 100},
         {"--costs", BENCH_LIST, &o.costs, 0, 1000000000},
         {"--no-run", BENCH_FLAG, &o.no_run, 0, 0},
+        {"--input", BENCH_STR, &o.input, 0, 0},
     };
-    int nt = 8;
+    int nt = 9;
     tide_bench_engine_table(&o.eng, t, &nt);
     int rc = tide_bench_parse("spec", argc, argv, t, usage);
     if (rc >= 0) return rc;
@@ -158,7 +205,9 @@ int tide_bench_spec(int argc, char **argv) {
     if (nm < 0) return tide_bench_usage_error("spec", usage, "%s", st.msg);
 
     tide_model *m = NULL;
+    prompt_file pf = {0};
     rc = TIDE_EXIT_FAIL;
+    if (o.input && prompts_read(o.input, &pf, &st) != 0) goto done;
     tide_spec_costs costs = {0};
     if (tide_bench_load_model(o.model, (int)o.eng.threads, &m, &st) != 0) goto done;
     if (!m->has_dspark) {
@@ -166,21 +215,25 @@ int tide_bench_spec(int argc, char **argv) {
         goto done;
     }
     int block = (int)m->cfg.text.dspark_block_size;
-    printf("tide bench spec: model %s, prompt %lld, gen %lld, draft block %d, threads %lld, seed %lld\n", o.model,
-           (long long)o.prompt, (long long)o.gen, block, (long long)o.eng.threads, (long long)o.eng.seed);
+    if (o.input) printf("tide bench spec: model %s, prompts of %s, gen %lld, draft block %d, threads %lld\n", o.model,
+                        o.input, (long long)o.gen, block, (long long)o.eng.threads);
+    else
+        printf("tide bench spec: model %s, prompt %lld, gen %lld, draft block %d, threads %lld, seed %lld\n", o.model,
+               (long long)o.prompt, (long long)o.gen, block, (long long)o.eng.threads, (long long)o.eng.seed);
     if (!o.no_run) {
-        printf("  %5s %-9s %10s %10s %7s %12s %9s\n", "seqs", "mode", "tok/seq", "verified", "steps", "gen tok/s",
-               "vs off");
+        printf("  %5s %-9s %8s %8s %6s %10s %7s %9s %10s %8s  %s\n", "seqs", "mode", "tok/seq", "verified", "steps",
+               "gen tok/s", "vs off", "cpu s", "tok/cpu-s", "vs off", "draft s; cost model (ms: pass + row, draft)");
         for (int i = 0; i < o.seqs.n; i++) {
             tide_workload w = {0};
-            if (tide_workload_random(&w, o.seqs.v[i], o.prompt, o.prompt, o.gen, m->cfg.text.vocab_size,
-                                     m->cfg.image_token_id, (uint64_t)o.eng.seed + (uint64_t)i, &st) != 0)
+            if (o.input ? tide_workload_cycle(&w, pf.p, pf.n, pf.f.n, o.seqs.v[i], o.gen, &st) != 0
+                        : tide_workload_random(&w, o.seqs.v[i], o.prompt, o.prompt, o.gen, m->cfg.text.vocab_size,
+                                               m->cfg.image_token_id, (uint64_t)o.eng.seed + (uint64_t)i, &st) != 0)
                 goto done;
-            double base = 0;
+            double base = 0, cbase = 0;
             for (int x = 0; x < nm; x++) {
                 tide_engine_stats s;
-                double wall;
-                if (run_once(&o, m, &w, mode[x], k[x], &s, &wall, &st) != 0) {
+                double wall, cpu = 0;
+                if (run_once(&o, m, &w, mode[x], k[x], &s, &wall, &cpu, &st) != 0) {
                     tide_workload_free(&w);
                     goto done;
                 }
@@ -189,11 +242,21 @@ int tide_bench_spec(int argc, char **argv) {
                 double seq_steps = s.spec_seq_steps > 0 ? (double)s.spec_seq_steps : 1;
                 double tok = mode[x] == TIDE_SPEC_OFF ? 1.0 : 1.0 + (double)s.spec_accepted / seq_steps;
                 double ver = (double)s.spec_verified / seq_steps, tps = (double)s.tokens_generated / wall;
-                if (mode[x] == TIDE_SPEC_OFF) base = tps;
-                char name[24];
-                printf("  %5lld %-9s %10.3f %10.3f %7lld %12.1f %8s", (long long)o.seqs.v[i],
-                       tide_spec_name(mode[x], k[x], name, sizeof name), tok, ver, (long long)s.steps, tps, "");
-                if (base > 0 && mode[x] != TIDE_SPEC_OFF) printf("%+.1f%%", 100.0 * (tps / base - 1));
+                double cps = cpu > 0 ? (double)s.tokens_generated / cpu : 0;
+                if (mode[x] == TIDE_SPEC_OFF) {
+                    base = tps;
+                    cbase = cps;
+                }
+                char name[24], vs[16] = "", cvs[16] = "";
+                if (base > 0 && mode[x] != TIDE_SPEC_OFF) snprintf(vs, sizeof vs, "%+.1f%%", 100.0 * (tps / base - 1));
+                if (cbase > 0 && mode[x] != TIDE_SPEC_OFF)
+                    snprintf(cvs, sizeof cvs, "%+.1f%%", 100.0 * (cps / cbase - 1));
+                printf("  %5lld %-9s %8.3f %8.3f %6lld %10.1f %7s %9.2f %10.2f %8s", (long long)o.seqs.v[i],
+                       tide_spec_name(mode[x], k[x], name, sizeof name), tok, ver, (long long)s.steps, tps, vs, cpu,
+                       cps, cvs);
+                if (mode[x] != TIDE_SPEC_OFF)
+                    printf("  %.2f; %.1f + %.1f, %.1f", s.spec_draft_seconds, 1e3 * s.spec_verify_fixed_s,
+                           1e3 * s.spec_verify_token_s, 1e3 * s.spec_draft_seq_s);
                 printf("\n");
                 fflush(stdout);
             }
@@ -209,8 +272,6 @@ int tide_bench_spec(int argc, char **argv) {
         else if (costs.verify_fixed + costs.verify_per_token <= 0) {
             /* --no-run: profile once through an engine */
             tide_engine_config c = tide_bench_engine_config(&o.eng);
-            c.canonical_layout = 1;
-            c.index_key_quirk = 0;
             c.spec_mode = TIDE_SPEC_DSPARK;
             tide_engine *e;
             if (tide_engine_create_with_model(&c, m, &e, &st) != 0) goto done;
@@ -225,5 +286,6 @@ int tide_bench_spec(int argc, char **argv) {
 done:
     if (rc != TIDE_EXIT_OK) fprintf(stderr, "tide bench spec: %s\n", st.msg);
     tide_model_free(m);
+    prompts_free(&pf);
     return rc;
 }

@@ -85,8 +85,8 @@ static void usage(FILE *f) {
             "                       hit (default: they stay private: docs/engine.md)\n"
             "  --spec MODE          speculative decoding with the DSpark head: dspark (the\n"
             "                       confidence-scheduled budget), fixed:K (K drafts per\n"
-            "                       sequence) or off (default); turns on --canonical-layout\n"
-            "                       --no-index-quirk; same tokens as off (docs/spec.md)\n"
+            "                       sequence) or off (default); the same tokens as off in\n"
+            "                       any layout (docs/spec.md)\n"
             "%s"
             "JSONL lines may also carry \"cache_salt\" (an integer): requests share cached\n"
             "pages only with requests of the same salt (docs/engine.md).\n"
@@ -311,10 +311,6 @@ static tide_engine_config engine_config(const run_opts *o) {
     c.decoder_tail = o->decoder_tail;
     c.spec_mode = o->spec_mode;
     c.spec_k = o->spec_k;
-    if (c.spec_mode != TIDE_SPEC_OFF) { /* rollback is exact only there */
-        c.canonical_layout = 1;
-        c.index_key_quirk = 0;
-    }
     return c;
 }
 

@@ -52,8 +52,7 @@ static void usage(FILE *f) {
             "  --seed N             engine seed for requests without one (default 0)\n"
             "  --no-prefix-cache    do not reuse the KV of earlier requests' prompt pages\n"
             "  --spec MODE          speculative decoding: dspark, fixed:K or off (default);\n"
-            "                       turns on the chunking-invariant mode; same tokens as off\n"
-            "                       (docs/spec.md)\n");
+            "                       the same tokens as off (docs/spec.md)\n");
     kv_run_help(f);
     fprintf(f, "  (a request's \"kv_class\": \"chat\"|\"agent\" field picks its pages' class; else its\n"
                "  API key's, else --kv-class; a request with the header x-tide-kv-flush is answered\n"
@@ -109,10 +108,6 @@ static int parse(int argc, char **argv, serve_opts *o) {
             if (tide_spec_parse(v, &c->engine.spec_mode, &c->engine.spec_k, &sst) != 0) {
                 fprintf(stderr, "tide serve: %s\n", sst.msg);
                 return -1;
-            }
-            if (c->engine.spec_mode != TIDE_SPEC_OFF) {
-                c->engine.canonical_layout = 1;
-                c->engine.index_key_quirk = 0;
             }
         }
         else if (!strcmp(a, "--backend")) o->backend = v;

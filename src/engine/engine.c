@@ -98,12 +98,16 @@ struct tide_engine {
     double fwd_done;
     /* speculative decoding (spec.h; docs/spec.md) */
     int spec, spec_k, block;  /* mode, fixed K, the draft block (0 when off) */
+    int draft_off, draft_skips; /* dspark: drafting did not pay last time; steps skipped since */
+    int draft_period;           /* dspark, drafting off: a probe every this many steps (8 .. 64) */
     tide_spec_costs costs;
     int32_t *spec_tok;        /* [max_seqs][block + 1] the verify chunks, by plan item */
     float *dsp_in;            /* [rows][targets x dim] the pass's DSpark inputs */
     int64_t dsp_cap, logit_cap; /* rows dsp_in / logits hold */
-    int32_t *d_ids;           /* one draft's output: [block + 1] */
-    float *d_logits, *d_conf; /* [block][vocab], [block] */
+    int32_t *d_ids;           /* the drafts' outputs: [max_seqs][block + 1] */
+    float *d_logits, *d_conf; /* [block][vocab] (the profile's), [max_seqs][block] */
+    tide_dspark_job *djob;    /* [max_seqs] the step's drafts, drafted together */
+    int *dj_item;             /* [max_seqs] their flight items */
     float *surv;              /* [max_seqs][block] the budget's candidates */
     int *cand, *avail, *take; /* [max_seqs] */
     /* a sampled row's outcome, by flight item: tokens in res[i * (block + 1) ..] */
@@ -186,11 +190,6 @@ static int check_config(const tide_engine_config *c, int have_model, tide_status
                          c->spec_mode);
     if (c->spec_mode == TIDE_SPEC_FIXED && (c->spec_k < 1 || c->spec_k > TIDE_SPEC_MAX_BLOCK))
         return tide_fail(st, TIDE_ERR_INVALID, "engine: spec_k %d is outside 1..%d", c->spec_k, TIDE_SPEC_MAX_BLOCK);
-    if (c->spec_mode != TIDE_SPEC_OFF && (!c->canonical_layout || c->index_key_quirk))
-        return tide_fail(st, TIDE_ERR_INVALID,
-                         "engine: speculative decoding needs the chunking-invariant mode (canonical_layout 1, "
-                         "index_key_quirk 0; tide run --canonical-layout --no-index-quirk): only there is rolling "
-                         "back rejected drafts exact (docs/spec.md)");
     for (int i = 0; i < 3; i++)
         if (!(c->spec_cost[i] >= 0) || c->spec_cost[i] > 1e6)
             return tide_fail(st, TIDE_ERR_INVALID, "engine: spec_cost[%d] %g is not a time in seconds", i,
@@ -311,10 +310,12 @@ static int alloc_buffers(tide_engine *e, tide_status *st) {
         size_t b = (size_t)e->block;
         e->spec_tok = malloc(n * (b + 1) * sizeof *e->spec_tok);
         e->surv = malloc(n * b * sizeof *e->surv);
-        e->d_ids = malloc((b + 1) * sizeof *e->d_ids);
-        e->d_conf = malloc(b * sizeof *e->d_conf);
+        e->d_ids = malloc(n * (b + 1) * sizeof *e->d_ids);
+        e->d_conf = malloc(n * b * sizeof *e->d_conf);
         e->d_logits = malloc(b * (size_t)e->vocab * sizeof *e->d_logits);
-        if (!e->spec_tok || !e->surv || !e->d_ids || !e->d_conf || !e->d_logits)
+        e->djob = malloc(n * sizeof *e->djob);
+        e->dj_item = malloc(n * sizeof *e->dj_item);
+        if (!e->spec_tok || !e->surv || !e->d_ids || !e->d_conf || !e->d_logits || !e->djob || !e->dj_item)
             return tide_fail(st, TIDE_ERR_NOMEM, "out of memory (speculative decoding buffers)");
     }
     size_t words = ((size_t)e->vocab + 31) / 32;
@@ -383,6 +384,7 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
             goto fail;
         }
         e->spec = cfg->spec_mode;
+        e->draft_period = 8;
         e->block = (int)tc->dspark_block_size;
         e->spec_k = cfg->spec_k < e->block ? cfg->spec_k : e->block;
     }
@@ -453,6 +455,8 @@ void tide_engine_destroy(tide_engine *e) {
     free(e->surv);
     free(e->d_ids);
     free(e->d_conf);
+    free(e->djob);
+    free(e->dj_item);
     free(e->d_logits);
     free(e->dsp_in);
     tide_fwd_ctx_free(e->fx);
@@ -754,10 +758,21 @@ static void report_rows(tide_engine *e, const tide_sched_plan *p) {
 /* The draft head after a pass (spec on): every committed row seeds the
  * DSpark stages' window rings, and every request that sampled and goes on
  * gets its next draft block from its last committed row (the row of
- * position sp = cache.pos - 1, whose token was just sampled). */
+ * position sp = cache.pos - 1, whose token was just sampled); the blocks of
+ * the step are drafted together (tide_dspark_draft_many), in groups of at
+ * most DRAFT_GROUP sequences (its scratch holds their vocabulary logits). */
+#define DRAFT_GROUP 16
+static void draft_done(tide_engine *e, tide_req *q, const float *conf) {
+    tide_spec_survival(conf, e->block, q->surv);
+    q->n_draft = e->block;
+    q->draft_at = q->n_tokens;
+    e->spec_drafted += e->block;
+}
+
 static void draft_rows(tide_engine *e, const tide_sched_plan *p) {
     int64_t row = 0, width = e->m->cfg.text.n_dspark_target_layer_ids * e->m->cfg.text.hidden_size;
     double t0 = tide_now_seconds();
+    int nj = 0;
     for (int i = 0; i < p->n_items; i++) {
         const tide_sched_item *it = &p->items[i];
         tide_req *q = e->rows[i];
@@ -766,30 +781,50 @@ static void draft_rows(tide_engine *e, const tide_sched_plan *p) {
         if (q->state != TIDE_REQ_RUNNING || !q->has_cache) continue;
         int sampled = it->logits == TIDE_LOGITS_LAST;
         int64_t keep = q->n_verify > 0 ? e->n_new[i] : it->n_tokens, sp = it->pos + keep - 1;
-        int64_t seed = sampled && sp >= 1 ? keep - 1 : keep;
+        /* dspark while drafting does not pay: no draft but a probe every
+         * draft_period steps */
+        int skip = sampled && e->spec == TIDE_SPEC_DSPARK && e->draft_off &&
+                   e->draft_skips % e->draft_period != e->draft_period - 1;
+        int64_t seed = sampled && !skip ? keep - 1 : keep; /* the last row drafts (seeding its position) */
         tide_status st = {0};
         if (seed > 0 && tide_dspark_seed(e->fx, &q->cache, h, seed, it->pos, &st) != 0) goto bad;
-        if (seed == keep) continue;
+        if (seed == keep) {
+            if (skip) q->n_draft = 0;
+            continue;
+        }
         if (e->draft_hook) { /* tests: drafts from elsewhere; the rings are seeded all the same */
             if (tide_dspark_seed(e->fx, &q->cache, h + (keep - 1) * width, 1, sp, &st) != 0) goto bad;
             memset(e->d_conf, 0, (size_t)e->block * sizeof *e->d_conf);
             e->draft_hook(e->draft_ctx, q->user, q->tokens, q->n_tokens, q->draft, e->d_conf, e->block);
-        } else {
-            tide_dspark_out out = {e->d_ids, e->d_logits, e->d_conf};
-            if (tide_dspark_draft(e->fx, &q->cache, h + (keep - 1) * width, sp, q->tokens[q->n_tokens - 1], NULL,
-                                  &out, &st) != 0)
-                goto bad;
-            memcpy(q->draft, e->d_ids + 1, (size_t)e->block * sizeof *q->draft);
+            draft_done(e, q, e->d_conf);
+            continue;
         }
-        tide_spec_survival(e->d_conf, e->block, q->surv);
-        q->n_draft = e->block;
-        q->draft_at = q->n_tokens;
-        e->spec_drafted += e->block;
+        e->dj_item[nj] = i;
+        e->djob[nj] = (tide_dspark_job){&q->cache, h + (keep - 1) * width, sp, q->tokens[q->n_tokens - 1], NULL,
+                                        {e->d_ids + (int64_t)nj * (e->block + 1), NULL,
+                                         e->d_conf + (int64_t)nj * e->block}};
+        nj++;
         continue;
     bad: /* the draft is only a guess: go on without one */
         tide_log(TIDE_LOG_WARN, "engine: request %lld: no draft: %s", (long long)q->id, st.msg);
         q->n_draft = 0;
     }
+    for (int g = 0; g < nj; g += DRAFT_GROUP) {
+        int n = nj - g < DRAFT_GROUP ? nj - g : DRAFT_GROUP;
+        tide_status st = {0};
+        int rc = tide_dspark_draft_many(e->fx, e->djob + g, n, &st);
+        for (int j = g; j < g + n; j++) {
+            tide_req *q = e->rows[e->dj_item[j]];
+            if (rc != 0) { /* the draft is only a guess: go on without one */
+                tide_log(TIDE_LOG_WARN, "engine: request %lld: no draft: %s", (long long)q->id, st.msg);
+                q->n_draft = 0;
+                continue;
+            }
+            memcpy(q->draft, e->djob[j].out.draft_ids + 1, (size_t)e->block * sizeof *q->draft);
+            draft_done(e, q, e->djob[j].out.confidence);
+        }
+    }
+    if (e->spec == TIDE_SPEC_DSPARK && e->draft_off) e->draft_skips++;
     e->draft_s += tide_now_seconds() - t0;
 }
 
@@ -808,24 +843,38 @@ static void spec_attach(tide_engine *e) {
         if (it->logits != TIDE_LOGITS_LAST || it->n_tokens != 1 || q->n_draft == 0 || q->draft_at != q->n_tokens ||
             it->pos != q->n_tokens - 1)
             continue;
-        /* at most window - 1 drafts (rollback), and none past max_tokens */
+        /* at most window - 1 drafts (rollback), none past max_tokens, and
+         * as many decode rows as the forward can verify here */
         int64_t lim = q->n_draft, left = q->sp.max_tokens - tide_req_n_output(q) - 1;
         if (lim > win - 1) lim = win - 1;
         if (lim > left) lim = left;
+        if (lim > 0) lim = tide_fwd_decode_rows_max(e->fx, &q->cache, 1 + lim) - 1;
         if (lim <= 0) continue;
         e->cand[n] = i;
         e->avail[n] = (int)lim;
         memcpy(e->surv + (int64_t)n * e->block, q->surv, (size_t)e->block * sizeof *q->surv);
         n++;
     }
-    if (n > 0)
-        tide_spec_budget(&e->costs, e->spec, e->spec_k, n, e->surv, e->block, e->avail, p->n_tokens,
-                         e->cfg.max_step_tokens - p->n_tokens, e->take);
+    if (n > 0) {
+        int64_t B = tide_spec_budget(&e->costs, e->spec, e->spec_k, n, e->surv, e->block, e->avail, p->n_tokens,
+                                     e->cfg.max_step_tokens - p->n_tokens, e->take);
+        /* dspark: did drafting pay this step? if not, draft_rows stops
+         * drafting (probing now and then) */
+        double sb = 0;
+        for (int c = 0; c < n; c++)
+            for (int j = 0; j < e->take[c]; j++) sb += e->surv[(int64_t)c * e->block + j];
+        int off = e->spec == TIDE_SPEC_DSPARK && !tide_spec_draft_pays(&e->costs, n, sb, p->n_tokens, B);
+        /* a probe that did not pay either: probe half as often (8 .. 64 steps) */
+        e->draft_period = !off ? 8 : e->draft_off && e->draft_period < 64 ? 2 * e->draft_period : e->draft_period;
+        e->draft_off = off;
+        e->draft_skips = 0;
+    }
     for (int c = 0; c < n; c++) {
         if (e->take[c] == 0) continue;
         tide_req *q = p->items[e->cand[c]].req;
         tide_status st = {0};
         if (tide_seq_checkpoint(&q->cache, &q->ck, 1 + e->take[c], &st) != 0) continue;
+        q->ck.decode_rows = 1; /* the verify rows compute what decode steps would */
         int g = (int)tide_sched_extend(s, e->cand[c], e->take[c]);
         q->n_verify = g;
         int32_t *t = e->spec_tok + (int64_t)e->cand[c] * (e->block + 1);

@@ -95,6 +95,13 @@ int64_t tide_spec_budget(const tide_spec_costs *c, int mode, int k, int n, const
     return B;
 }
 
+int tide_spec_draft_pays(const tide_spec_costs *c, int n, double surv_b, int64_t base, int64_t B) {
+    double with = c->draft_per_seq * n + c->verify_fixed + c->verify_per_token * (double)(base + B);
+    double without = c->verify_fixed + c->verify_per_token * (double)base;
+    if (!(with > 0) || !(without > 0)) return 1;
+    return (n + surv_b) / with >= n / without;
+}
+
 void tide_spec_simulate(const tide_spec_costs *c, int mode, int k, int n, int block, const float *acc,
                         double *tokens_per_seq, double *verified_per_seq, double *step_seconds) {
     float s[TIDE_SPEC_MAX_BLOCK];

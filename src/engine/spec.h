@@ -52,6 +52,14 @@ void tide_spec_survival(const float *conf, int n, float *surv);
 int64_t tide_spec_budget(const tide_spec_costs *c, int mode, int k, int n, const float *surv, int stride,
                          const int *avail, int64_t base_tokens, int64_t max_b, int *take);
 
+/* Whether drafting paid in a step where the budget verified B drafts
+ * whose survivals sum to surv_b (n sequences sampled, base rows in the
+ * pass anyway): the budget's objective with the drafts,
+ * (n + surv_b) / (draft(n) + verify(base + B)), against a step that drafts
+ * nothing, n / verify(base). 1 when it did. The dspark mode stops drafting
+ * while it does not (a probe step drafts now and then: docs/spec.md). */
+int tide_spec_draft_pays(const tide_spec_costs *c, int n, double surv_b, int64_t base, int64_t B);
+
 /* Expected value of one step under the budget when the true per-position
  * acceptance of sequence i's draft position j is acc[j] (the same for every
  * sequence; the drafts' survivals are taken equal to the true ones): for n

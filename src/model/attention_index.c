@@ -23,8 +23,9 @@ typedef struct {
     int layer;
     const float *q; /* [rows][IH*ID] */
     const float *w; /* [rows][IH] */
-    const float *const *keys; /* per sequence: [n_keys][ID] */
-    const int64_t *n_keys;
+    const float *const *keys; /* per row: [n_keys of its sequence][ID] */
+    const int64_t *have;      /* per row: keys past this read as zeros (decode rows), or NULL */
+    const float *zero;        /* [ID] zeros */
     float *scratch;  /* per thread: score + block scores */
     int64_t scratch_per;
     int32_t *iscratch;
@@ -67,7 +68,12 @@ static void idx_task(void *arg, int64_t r, int thread) {
     float *score = jb->scratch + (int64_t)thread * jb->scratch_per;
     float *bscore = score + n;
     int32_t *iscr = jb->iscratch + (int64_t)thread * jb->iscratch_per;
-    s->ops->index_scores(s->ops, jb->q + r * IH * ID, (int)IH, ID, jb->w + r * IH, jb->keys[q], n, score);
+    s->ops->index_scores(s->ops, jb->q + r * IH * ID, (int)IH, ID, jb->w + r * IH, jb->keys[r], n, score);
+    if (jb->have && jb->have[r] < cl) { /* a one-token step's zero keys */
+        float z;
+        s->ops->index_scores(s->ops, jb->q + r * IH * ID, (int)IH, ID, jb->w + r * IH, jb->zero, 1, &z);
+        for (int64_t j = jb->have[r]; j < cl; j++) score[j] = z;
+    }
     for (int64_t j = cl; j < n; j++) score[j] = -INFINITY;
     if (role->is_candidate_source) {
         tide_candidate_mask(s->ops, score, n, cl, c->candidate_topk_blocks, c->candidate_block_size,
@@ -109,6 +115,39 @@ static void publish_keys(tide_step *s, int layer, const float *lat, const int64_
     free(k);
 }
 
+/* The KV source whose index keys row position t of sequence q scores
+ * against at `layer`: its own key source, or with the quirk the published
+ * one (as the step has left it so far; decode rows: as the one-token step
+ * at t would find it). */
+static int key_source(const tide_step *s, int layer, int q, int64_t t) {
+    const tide_seq_cache *sc = s->seqs[q].cache;
+    int src = s->m->layers[layer].role->index_key_source;
+    if (!s->fx->opt.index_key_quirk) return src;
+    int pub = s->dec[q] ? tide_seq_published_at(sc, s->pub0[q], sc->pos, t, layer) : sc->published;
+    return pub >= 0 ? pub : src;
+}
+
+int64_t tide_fwd_decode_rows_max(const tide_fwd_ctx *fx, const tide_seq_cache *c, int64_t n) {
+    const tide_model *m = fx->m;
+    if (!fx->opt.index_key_quirk) return n;
+    int64_t start = c->pos;
+    for (int64_t i = 1; i < n; i++) {
+        int64_t t = start + i;
+        for (int l = 0; l < m->n_backbone; l++) {
+            const tide_layer_role *role = m->layers[l].role;
+            if (!role->is_index_source) continue;
+            int src = tide_seq_published_at(c, c->published, start, t, l);
+            if (src <= l) continue; /* made in this step before layer l, or before it */
+            /* keys the one-token step at t reads (< its groups, < visible)
+             * beyond those made before this step */
+            int64_t sr = m->layers[src].role->compress_ratio, need = (t + 1) / role->compress_ratio;
+            if (t / sr < need) need = t / sr;
+            if (need > start / sr) return i;
+        }
+    }
+    return n;
+}
+
 void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, const float *lat,
                   const int64_t *first, const int64_t *count) {
     const tide_model *m = s->m;
@@ -127,7 +166,9 @@ void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, cons
         publish_keys(s, layer, lat, first, count);
         for (int q = 0; q < s->n_seqs; q++) {
             tide_seq_cache *sc = s->seqs[q].cache;
-            if ((sc->pos + s->seqs[q].n_tokens) / ratio > sc->pos / ratio) sc->published = layer;
+            int64_t end = sc->pos + s->seqs[q].n_tokens;
+            if (s->dec[q]) sc->published = tide_seq_published_after(sc, s->pub0[q], sc->pos, end); /* rows read pub0 */
+            else if (end / ratio > sc->pos / ratio) sc->published = layer;
         }
     }
 
@@ -143,31 +184,51 @@ void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, cons
     float wscale = (float)(pow((double)ID, -0.5) * pow((double)IH, -0.5));
     for (int64_t i = 0; i < rows * IH; i++) w[i] = tide_round_bf16(w[i] * wscale);
 
-    /* 3. gather each sequence's keys: [0, end // ratio) of the key source */
-    const float **keys = tide_xmalloc((size_t)s->n_seqs * sizeof(float *));
-    int64_t *n_keys = tide_xmalloc((size_t)s->n_seqs * sizeof(int64_t));
+    /* 3. gather each sequence's keys: [0, end // ratio) of the key source
+     * (with the quirk: the published one); positions the source has not
+     * made read as zeros. Decode rows: each row's own key source and count,
+     * those of the one-token step at its position (see key_source). */
+    const float **keys = tide_xmalloc((size_t)rows * sizeof(float *));
+    int64_t *have = NULL;
+    float **kbuf = tide_xmalloc((size_t)s->n_seqs * (size_t)(m->n_kv_src + 1) * sizeof(float *));
+    int nbuf = 0;
     int64_t nmax = 0;
     for (int qi = 0; qi < s->n_seqs; qi++) {
         tide_seq_cache *sc = s->seqs[qi].cache;
-        int64_t start = sc->pos, n = (start + s->seqs[qi].n_tokens) / ratio;
-        int src = role->index_key_source;
-        if (s->fx->opt.index_key_quirk && sc->published >= 0) src = sc->published;
-        int slot = src >= 0 ? m->kv_src_slot[src] : -1;
-        /* positions the key source has: its groups completed up to now */
-        int64_t have = 0;
-        if (slot >= 0) {
-            int sr = m->layers[src].role->compress_ratio;
-            int64_t done = src <= layer ? start + s->seqs[qi].n_tokens : start;
-            have = done / sr;
-        }
-        float *kb = tide_xmalloc((size_t)((n ? n : 1) * ID) * sizeof(float));
-        for (int64_t j = 0; j < n; j++) {
-            if (j < have) tide_kv_get_key(&s->fx->kv, &sc->tables[slot], j, kb + j * ID);
-            else memset(kb + j * ID, 0, (size_t)ID * sizeof(float)); /* never written: zeros */
-        }
-        keys[qi] = kb;
-        n_keys[qi] = n;
+        int64_t start = sc->pos, end = start + s->seqs[qi].n_tokens, n = end / ratio;
         nmax = n > nmax ? n : nmax;
+        int srcs[TIDE_MAX_LAYERS], nsrc = 0; /* the sources gathered for this sequence */
+        float *bufs[TIDE_MAX_LAYERS];
+        for (int64_t r = s->seq_row0[qi]; r < s->seq_row0[qi + 1]; r++) {
+            int64_t t = s->row_pos[r];
+            int src = key_source(s, layer, qi, t);
+            int i = 0;
+            while (i < nsrc && srcs[i] != src) i++;
+            if (i == nsrc) { /* gather it */
+                int slot = src >= 0 ? m->kv_src_slot[src] : -1;
+                /* positions the source has made by now: up to the step's end
+                 * if it ran before this layer in the step */
+                int64_t made = 0;
+                if (slot >= 0) made = (src <= layer ? end : start) / m->layers[src].role->compress_ratio;
+                float *kb = tide_xmalloc((size_t)((n ? n : 1) * ID) * sizeof(float));
+                for (int64_t j = 0; j < n; j++) {
+                    if (j < made) tide_kv_get_key(&s->fx->kv, &sc->tables[slot], j, kb + j * ID);
+                    else memset(kb + j * ID, 0, (size_t)ID * sizeof(float)); /* never written: zeros */
+                }
+                srcs[nsrc] = src;
+                bufs[nsrc++] = kbuf[nbuf++] = kb;
+            }
+            keys[r] = bufs[i];
+            if (s->dec[qi] && src >= 0) {
+                /* what the one-token step at t would have: its groups up to
+                 * t + 1 if the source ran before this layer, t otherwise */
+                if (!have) {
+                    have = tide_xmalloc((size_t)rows * sizeof(int64_t));
+                    for (int64_t k = 0; k < rows; k++) have[k] = INT64_MAX;
+                }
+                have[r] = (src <= layer ? t + 1 : t) / m->layers[src].role->compress_ratio;
+            }
+        }
     }
 
     /* 4. candidates buffer (candidate source) and per-row scoring */
@@ -179,15 +240,19 @@ void tide_indexer(tide_step *s, int layer, const float *x, const float *qr, cons
         s->has_cand = 1;
     }
     int nt = tide_pool_size(s->pool);
-    idx_job jb = {s, layer, q, w, keys, n_keys, NULL, 2 * nmax + 2, NULL, nmax + 2};
+    float *zero = tide_xmalloc((size_t)ID * sizeof(float));
+    memset(zero, 0, (size_t)ID * sizeof(float));
+    idx_job jb = {s, layer, q, w, keys, have, zero, NULL, 2 * nmax + 2, NULL, nmax + 2};
     jb.scratch = tide_xmalloc((size_t)(nt * jb.scratch_per) * sizeof(float));
     jb.iscratch = tide_xmalloc((size_t)(nt * jb.iscratch_per) * sizeof(int32_t));
     tide_pool_for(s->pool, rows, idx_task, &jb);
     free(jb.scratch);
     free(jb.iscratch);
-    for (int qi = 0; qi < s->n_seqs; qi++) free((void *)keys[qi]);
+    for (int i = 0; i < nbuf; i++) free(kbuf[i]);
+    free(kbuf);
     free(keys);
-    free(n_keys);
+    free(have);
+    free(zero);
     free(q);
     free(w);
 }

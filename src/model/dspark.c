@@ -22,9 +22,10 @@ static float *main_x(tide_fwd_ctx *fx, const float *main_hidden, int64_t n) {
     return x;
 }
 
-/* The stage's window KV of main_x rows at positions pos0.. into the ring. */
-static void seed_stage(tide_fwd_ctx *fx, tide_seq_cache *c, int layer, const float *mx, int64_t n,
-                       int64_t pos0) {
+/* The stage's window KV of main_x rows into the rings: row t goes to
+ * cache c[t] (or c[0] for every row when one) at position pos[t]. */
+static void seed_stage(tide_fwd_ctx *fx, tide_seq_cache *const *c, int one, int layer, const float *mx, int64_t n,
+                       const int64_t *pos) {
     const tide_model *m = fx->m;
     const tide_text_config *tc = &m->cfg.text;
     const tide_attn_weights *a = &m->layers[layer].attn;
@@ -35,9 +36,9 @@ static void seed_stage(tide_fwd_ctx *fx, tide_seq_cache *c, int layer, const flo
     fx->ops->rmsnorm(fx->ops, fx->pool, kv, n, Dh, a->kv_norm, tc->rms_norm_eps, kv);
     float cs[512];
     for (int64_t t = 0; t < n; t++) {
-        tide_rope_cs(m->layers[layer].rope_freq, rd / 2, pos0 + t, cs);
+        tide_rope_cs(m->layers[layer].rope_freq, rd / 2, pos[t], cs);
         fx->ops->rope(fx->ops, kv + t * Dh + (Dh - rd), 1, Dh, rd / 2, cs, 0);
-        tide_seq_ring_put(c, layer, pos0 + t, kv + t * Dh); /* FP8 */
+        tide_seq_ring_put(c[one ? 0 : t], layer, pos[t], kv + t * Dh); /* FP8 */
     }
     free(kv);
 }
@@ -55,46 +56,55 @@ int tide_dspark_seed(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hidd
     if (check(fx, c, st) != 0) return -1;
     if (n < 1 || start < 0) return tide_fail(st, TIDE_ERR_INVALID, "dspark seed: bad range");
     float *mx = main_x(fx, main_hidden, n);
-    for (int l = fx->m->n_backbone; l < fx->m->n_layers; l++) seed_stage(fx, c, l, mx, n, start);
+    int64_t *pos = tide_xmalloc((size_t)n * sizeof(int64_t));
+    for (int64_t t = 0; t < n; t++) pos[t] = start + t;
+    for (int l = fx->m->n_backbone; l < fx->m->n_layers; l++) seed_stage(fx, &c, 1, l, mx, n, pos);
+    free(pos);
     free(mx);
     return 0;
 }
 
 typedef struct {
-    tide_seq_cache *c;
-    int64_t sp;
+    const tide_dspark_job *jobs; /* rows i*B .. i*B+B-1 are job i's block */
+    int64_t B;
 } draft_arg;
 
-/* The stage attention of the draft rows (tide_attn_fn). */
+/* The stage attention of the draft rows (tide_attn_fn): each row attends
+ * to its sequence's ring and to its own block's rows. */
 static void draft_attn(tide_step *s, int layer, const float *x, float *out, void *varg) {
     const draft_arg *da = varg;
     const tide_model *m = s->m;
     const tide_text_config *c = &m->cfg.text;
-    int64_t B = s->rows, H = c->num_attention_heads, Dh = c->head_dim, QL = c->q_lora_rank;
+    int64_t R = s->rows, B = da->B, n = R / B, H = c->num_attention_heads, Dh = c->head_dim, QL = c->q_lora_rank;
     int64_t win = c->sliding_window;
-    float *qr = tide_xmalloc((size_t)(B * QL) * sizeof(float));
-    float *q = tide_xmalloc((size_t)(B * H * Dh) * sizeof(float));
-    float *kv = tide_xmalloc((size_t)(B * Dh) * sizeof(float));
+    float *qr = tide_xmalloc((size_t)(R * QL) * sizeof(float));
+    float *q = tide_xmalloc((size_t)(R * H * Dh) * sizeof(float));
+    float *kv = tide_xmalloc((size_t)(R * Dh) * sizeof(float));
     tide_attn_project(s, layer, x, qr, q, kv, NULL);
-    int64_t nr = da->sp + 1 < win ? da->sp + 1 : win, per = nr + B;
-    /* positions whose stage KV was never seeded (a restored sequence's
-     * replay, the decoder variant's skipped rows) are empty slots */
-    int64_t lo = da->c->ring_lo > da->c->tail_lo ? da->c->ring_lo : da->c->tail_lo;
-    const float **ents = tide_xmalloc((size_t)(B * per) * sizeof(float *));
-    tide_attn_row *ar = tide_xmalloc((size_t)B * sizeof *ar);
-    float *ring = tide_xmalloc((size_t)(nr * Dh) * sizeof(float)); /* the packed slots decoded */
-    for (int64_t i = 0; i < nr; i++) tide_seq_ring_get(da->c, layer, i, ring + i * Dh);
-    for (int64_t r = 0; r < B; r++) {
-        const float **e = ents + r * per;
-        for (int64_t i = 0; i < nr; i++) {
-            int64_t t = da->sp - (da->sp - i) % win; /* the position slot i holds */
-            e[i] = t < lo ? NULL : ring + i * Dh;
+    int64_t per = win + B;
+    const float **ents = tide_xmalloc((size_t)(R * per) * sizeof(float *));
+    tide_attn_row *ar = tide_xmalloc((size_t)R * sizeof *ar);
+    float *ring = tide_xmalloc((size_t)(n * win * Dh) * sizeof(float)); /* the packed slots decoded */
+    for (int64_t i = 0; i < n; i++) {
+        const tide_seq_cache *sc = da->jobs[i].cache;
+        int64_t sp = da->jobs[i].sp, nr = sp + 1 < win ? sp + 1 : win;
+        /* positions whose stage KV was never seeded (a restored sequence's
+         * replay, the decoder variant's skipped rows) are empty slots */
+        int64_t lo = sc->ring_lo > sc->tail_lo ? sc->ring_lo : sc->tail_lo;
+        float *rg = ring + i * win * Dh;
+        for (int64_t k = 0; k < nr; k++) tide_seq_ring_get(sc, layer, k, rg + k * Dh);
+        for (int64_t r = i * B; r < (i + 1) * B; r++) {
+            const float **e = ents + r * per;
+            for (int64_t k = 0; k < nr; k++) {
+                int64_t t = sp - (sp - k) % win; /* the position slot k holds */
+                e[k] = t < lo ? NULL : rg + k * Dh;
+            }
+            for (int64_t k = 0; k < B; k++) e[nr + k] = kv + (i * B + k) * Dh;
+            ar[r].kv = e;
+            ar[r].n_idx = (int)(nr + B);
         }
-        for (int64_t i = 0; i < B; i++) e[nr + i] = kv + i * Dh;
-        ar[r].kv = e;
-        ar[r].n_idx = (int)per;
     }
-    float *o = tide_xmalloc((size_t)(B * H * Dh) * sizeof(float));
+    float *o = tide_xmalloc((size_t)(R * H * Dh) * sizeof(float));
     tide_attn_output(s, layer, q, ar, o, out); /* as the backbone's attention */
     free(ring);
     free(qr);
@@ -111,81 +121,125 @@ static void embed_rows(const tide_weight *w, const int32_t *ids, int64_t n, floa
 
 int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hidden_row, int64_t sp,
                       int32_t token, const int32_t *forced, tide_dspark_out *out, tide_status *st) {
-    if (check(fx, c, st) != 0) return -1;
+    tide_dspark_job j = {c, main_hidden_row, sp, token, forced, *out};
+    return tide_dspark_draft_many(fx, &j, 1, st);
+}
+
+int tide_dspark_draft_many(tide_fwd_ctx *fx, const tide_dspark_job *jobs, int n, tide_status *st) {
     const tide_model *m = fx->m;
     const tide_text_config *tc = &m->cfg.text;
     int64_t V = tc->vocab_size, D = tc->hidden_size, hc = tc->hc_mult, B = tc->dspark_block_size;
-    int64_t MR = tc->dspark_markov_rank;
-    if (sp < 1) return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: position %lld must be > 0", (long long)sp);
-    if (token < 0 || token >= V)
-        return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: token %d outside the vocabulary", token);
-    if (forced)
-        for (int64_t i = 0; i < B; i++)
-            if (forced[i] < 0 || forced[i] >= V)
-                return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: forced id %d outside the vocabulary", forced[i]);
-    if (tide_fwd_reserve(fx, B, st) != 0) return tide_fail_ctx(st, "dspark draft");
-    float *mx = main_x(fx, main_hidden_row, 1);
-    for (int l = m->n_backbone; l < m->n_layers; l++) seed_stage(fx, c, l, mx, 1, sp);
+    int64_t MR = tc->dspark_markov_rank, T = tc->n_dspark_target_layer_ids * D;
+    if (n < 1) return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: no sequences");
+    for (int i = 0; i < n; i++) {
+        const tide_dspark_job *jb = &jobs[i];
+        if (check(fx, jb->cache, st) != 0) return -1;
+        if (jb->sp < 0)
+            return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: position %lld is negative", (long long)jb->sp);
+        if (jb->token < 0 || jb->token >= V)
+            return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: token %d outside the vocabulary", jb->token);
+        if (jb->forced)
+            for (int64_t k = 0; k < B; k++)
+                if (jb->forced[k] < 0 || jb->forced[k] >= V)
+                    return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: forced id %d outside the vocabulary",
+                                     jb->forced[k]);
+        for (int k = 0; k < i; k++)
+            if (jobs[k].cache == jb->cache)
+                return tide_fail(st, TIDE_ERR_INVALID, "dspark draft: sequence %d appears twice", i);
+    }
+    if (tide_fwd_reserve(fx, (int64_t)n * B, st) != 0) return tide_fail_ctx(st, "dspark draft");
+    /* each sequence's ring takes position sp */
+    float *hid = tide_xmalloc((size_t)(n * T) * sizeof(float));
+    tide_seq_cache **cs = tide_xmalloc((size_t)n * sizeof *cs);
+    int64_t *sps = tide_xmalloc((size_t)n * sizeof(int64_t));
+    for (int i = 0; i < n; i++) {
+        memcpy(hid + (int64_t)i * T, jobs[i].main_hidden_row, (size_t)T * sizeof(float));
+        cs[i] = jobs[i].cache;
+        sps[i] = jobs[i].sp;
+    }
+    float *mx = main_x(fx, hid, n);
+    for (int l = m->n_backbone; l < m->n_layers; l++) seed_stage(fx, cs, 0, l, mx, n, sps);
     free(mx);
+    free(hid);
+    free(cs);
+    free(sps);
 
-    /* the draft block: [token, noise, ...] at sp+1 .. sp+B */
+    /* the draft blocks: [token, noise, ...] at sp+1 .. sp+B, B rows each */
+    int64_t R = (int64_t)n * B;
     tide_step s;
     memset(&s, 0, sizeof s);
     s.fx = fx;
     s.m = m;
     s.ops = fx->ops;
     s.pool = fx->pool;
-    s.rows = B;
-    s.row_pos = tide_xmalloc((size_t)B * sizeof(int64_t));
-    int32_t *ids = tide_xmalloc((size_t)B * sizeof(int32_t));
-    for (int64_t i = 0; i < B; i++) {
-        s.row_pos[i] = sp + 1 + i;
-        ids[i] = i == 0 ? token : (int32_t)tc->dspark_noise_token_id;
+    s.rows = R;
+    s.row_pos = tide_xmalloc((size_t)R * sizeof(int64_t));
+    int32_t *ids = tide_xmalloc((size_t)R * sizeof(int32_t));
+    for (int64_t r = 0; r < R; r++) {
+        int64_t i = r / B, k = r % B;
+        s.row_pos[r] = jobs[i].sp + 1 + k;
+        ids[r] = k == 0 ? jobs[i].token : (int32_t)tc->dspark_noise_token_id;
     }
-    /* the block's stream in the backend's memory (the forward's buffers) */
+    /* the blocks' stream in the backend's memory (the forward's buffers) */
     float *h = fx->buf[FB_H], *pre_mix = fx->buf[FB_PRE_MIX];
-    fx->ops->embed(fx->ops, &m->embed, ids, B, (int)hc, h);
-    float *pm = calloc((size_t)(B * hc), sizeof(float));
+    fx->ops->embed(fx->ops, &m->embed, ids, R, (int)hc, h);
+    float *pm = calloc((size_t)(R * hc), sizeof(float));
     if (!pm) abort();
-    for (int64_t r = 0; r < B; r++) pm[r * hc] = 1.0f;
-    fx->ops->upload(fx->ops, pre_mix, pm, (size_t)(B * hc) * sizeof(float));
+    for (int64_t r = 0; r < R; r++) pm[r * hc] = 1.0f;
+    fx->ops->upload(fx->ops, pre_mix, pm, (size_t)(R * hc) * sizeof(float));
     free(pm);
-    draft_arg da = {c, sp};
+    draft_arg da = {jobs, B};
     for (int l = m->n_backbone; l < m->n_layers; l++) tide_block(&s, l, h, pre_mix, draft_attn, &da);
 
-    /* head, Markov bias, drafts, confidence */
+    /* head, Markov bias (one row per sequence at a time), drafts, confidence */
     const tide_layer *last = &m->layers[m->n_layers - 1];
     float *xd = fx->buf[FB_X], *xn = fx->buf[FB_Y];
-    fx->ops->hc_pre(fx->ops, h, B, (int)hc, D, pre_mix, xd);
-    fx->ops->rmsnorm(fx->ops, fx->pool, xd, B, D, last->final_norm, tc->rms_norm_eps, xn);
-    fx->ops->linear(fx->ops, fx->pool, &m->head, xn, B, out->logits, 0);
-    float *x = tide_xmalloc((size_t)(B * D) * sizeof(float)); /* the confidence input, on the host */
-    fx->ops->download(fx->ops, x, xd, (size_t)(B * D) * sizeof(float));
-    float *e = tide_xmalloc((size_t)(B * MR) * sizeof(float));
-    float *bias = tide_xmalloc((size_t)V * sizeof(float));
-    out->draft_ids[0] = token;
-    for (int64_t j = 0; j < B; j++) {
-        embed_rows(&last->markov_embed, &out->draft_ids[j], 1, e + j * MR);
-        fx->ops->linear(fx->ops, fx->pool, &last->markov_head, e + j * MR, 1, bias, 0);
-        float *lj = out->logits + j * V;
-        int64_t best = 0;
-        for (int64_t v = 0; v < V; v++) {
-            lj[v] += bias[v];
-            if (lj[v] > lj[best]) best = v;
+    float *lg = tide_xmalloc((size_t)(R * V) * sizeof(float));
+    fx->ops->hc_pre(fx->ops, h, R, (int)hc, D, pre_mix, xd);
+    fx->ops->rmsnorm(fx->ops, fx->pool, xd, R, D, last->final_norm, tc->rms_norm_eps, xn);
+    fx->ops->linear(fx->ops, fx->pool, &m->head, xn, R, lg, 0);
+    float *x = tide_xmalloc((size_t)(R * D) * sizeof(float)); /* the confidence input, on the host */
+    fx->ops->download(fx->ops, x, xd, (size_t)(R * D) * sizeof(float));
+    float *e = tide_xmalloc((size_t)(R * MR) * sizeof(float)); /* [n][B][MR] */
+    float *ej = tide_xmalloc((size_t)(n * MR) * sizeof(float));
+    float *bias = tide_xmalloc((size_t)(n * V) * sizeof(float));
+    for (int i = 0; i < n; i++) jobs[i].out.draft_ids[0] = jobs[i].token;
+    for (int64_t k = 0; k < B; k++) {
+        for (int i = 0; i < n; i++) {
+            embed_rows(&last->markov_embed, &jobs[i].out.draft_ids[k], 1, ej + (int64_t)i * MR);
+            memcpy(e + ((int64_t)i * B + k) * MR, ej + (int64_t)i * MR, (size_t)MR * sizeof(float));
         }
-        out->draft_ids[j + 1] = forced ? forced[j] : (int32_t)best;
+        fx->ops->linear(fx->ops, fx->pool, &last->markov_head, ej, n, bias, 0);
+        for (int i = 0; i < n; i++) {
+            float *lj = lg + ((int64_t)i * B + k) * V, *bj = bias + (int64_t)i * V;
+            int64_t best = 0;
+            for (int64_t v = 0; v < V; v++) {
+                lj[v] += bj[v];
+                if (lj[v] > lj[best]) best = v;
+            }
+            jobs[i].out.draft_ids[k + 1] = jobs[i].forced ? jobs[i].forced[k] : (int32_t)best;
+        }
     }
-    float *cat = tide_xmalloc((size_t)(B * (D + MR)) * sizeof(float));
-    for (int64_t j = 0; j < B; j++) {
-        memcpy(cat + j * (D + MR), x + j * D, (size_t)D * sizeof(float));
-        memcpy(cat + j * (D + MR) + D, e + j * MR, (size_t)MR * sizeof(float));
+    float *cat = tide_xmalloc((size_t)(R * (D + MR)) * sizeof(float));
+    float *conf = tide_xmalloc((size_t)R * sizeof(float));
+    for (int64_t r = 0; r < R; r++) {
+        memcpy(cat + r * (D + MR), x + r * D, (size_t)D * sizeof(float));
+        memcpy(cat + r * (D + MR) + D, e + r * MR, (size_t)MR * sizeof(float));
     }
-    fx->ops->linear(fx->ops, fx->pool, &last->conf_proj, cat, B, out->confidence, 0);
+    fx->ops->linear(fx->ops, fx->pool, &last->conf_proj, cat, R, conf, 0);
+    for (int i = 0; i < n; i++) {
+        memcpy(jobs[i].out.confidence, conf + (int64_t)i * B, (size_t)B * sizeof(float));
+        if (jobs[i].out.logits)
+            memcpy(jobs[i].out.logits, lg + (int64_t)i * B * V, (size_t)(B * V) * sizeof(float));
+    }
     free(s.row_pos);
     free(ids);
     free(x);
+    free(lg);
     free(e);
+    free(ej);
     free(bias);
     free(cat);
+    free(conf);
     return 0;
 }

@@ -5,7 +5,9 @@
  * the inputs of the dspark target layers) to the draft head:
  *   - tide_dspark_seed: for a prefill chunk, every stage's window ring takes
  *     the KV of main_x = main_norm(main_proj(inputs)) at those positions;
- *   - tide_dspark_draft: for a decode token at position sp (> 0), the ring
+ *   - tide_dspark_draft: for the token at position sp (>= 0; the reference
+ *     drafts at decode positions > 0, the engine from the prompt's last
+ *     token on, a one-token prompt's included), the ring
  *     takes position sp, then the block of dspark_block_size draft tokens
  *     [token, noise, ...] at positions sp+1.. runs through the stages
  *     (window-only attention over the ring plus all draft positions,
@@ -22,7 +24,7 @@
 
 typedef struct tide_dspark_out {
     int32_t *draft_ids;  /* [block + 1]: the input token, then the drafts */
-    float *logits;       /* [block][vocab], Markov bias included */
+    float *logits;       /* [block][vocab], Markov bias included (NULL: not wanted) */
     float *confidence;   /* [block] confidence logits */
 } tide_dspark_out;
 
@@ -30,10 +32,24 @@ typedef struct tide_dspark_out {
 int tide_dspark_seed(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hidden, int64_t n,
                      int64_t start, tide_status *st);
 
-/* One draft block at sp > 0; main_hidden_row [targets*dim] is the decode
+/* One draft block at sp >= 0; main_hidden_row [targets*dim] is the decode
  * row of position sp, token the one sampled from it. forced: NULL, or
  * block draft ids to use instead of the argmax (for verification replays). */
 int tide_dspark_draft(tide_fwd_ctx *fx, tide_seq_cache *c, const float *main_hidden_row, int64_t sp,
                       int32_t token, const int32_t *forced, tide_dspark_out *out, tide_status *st);
+
+/* The draft blocks of several sequences in one pass (rows are independent:
+ * each sequence's results equal tide_dspark_draft's bit for bit), so the
+ * stages, the head and the Markov head run as GEMMs over every sequence's
+ * rows. Fails, changing nothing, on a bad job or a sequence listed twice. */
+typedef struct tide_dspark_job {
+    tide_seq_cache *cache;
+    const float *main_hidden_row; /* [targets*dim], the row of position sp */
+    int64_t sp;
+    int32_t token;
+    const int32_t *forced;        /* NULL or [block] */
+    tide_dspark_out out;
+} tide_dspark_job;
+int tide_dspark_draft_many(tide_fwd_ctx *fx, const tide_dspark_job *jobs, int n, tide_status *st);
 
 #endif

@@ -228,6 +228,12 @@ static int validate(const tide_fwd_ctx *fx, const tide_step_seq *seqs, int n_seq
                              "forward: sequence %d would be fed to position %lld, past its checkpoint's "
                              "reach (%lld + %d)",
                              i, (long long)(c->pos + s->n_tokens), (long long)c->ckpt->pos, c->ckpt->max_ahead);
+        if (c->ckpt && c->ckpt->decode_rows && s->n_tokens > tide_fwd_decode_rows_max(fx, c, s->n_tokens))
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "forward: sequence %d: %lld decode rows at position %lld would read index keys this "
+                             "step has not made yet (at most %lld: tide_fwd_decode_rows_max)",
+                             i, (long long)s->n_tokens, (long long)c->pos,
+                             (long long)tide_fwd_decode_rows_max(fx, c, s->n_tokens));
         for (int64_t t = 0; t < s->n_tokens; t++) {
             int32_t id = s->tokens[t];
             if (id < 0 || id >= V)
@@ -351,6 +357,8 @@ static void free_step(tide_step *s) {
     free(s->row_pos);
     free(s->seq_pos0);
     free(s->win_lo);
+    free(s->dec);
+    free(s->pub0);
     free(s->topk);
     free(s->topk_n);
     free(s->topk_valid);
@@ -363,7 +371,12 @@ static void init_rows(tide_step *s, tide_step_seq *seqs, int n_seqs) {
     s->seq_row0 = tide_xmalloc((size_t)(n_seqs + 1) * sizeof(int64_t));
     s->seq_pos0 = tide_xmalloc((size_t)n_seqs * sizeof(int64_t));
     s->win_lo = tide_xmalloc((size_t)n_seqs * sizeof(int64_t));
+    s->dec = tide_xmalloc((size_t)n_seqs);
+    s->pub0 = tide_xmalloc((size_t)n_seqs * sizeof(int32_t));
     for (int q = 0; q < n_seqs; q++) {
+        const tide_seq_cache *c = seqs[q].cache;
+        s->dec[q] = c->ckpt && c->ckpt->decode_rows;
+        s->pub0[q] = c->published;
         s->seq_row0[q] = s->rows;
         s->rows += seqs[q].n_tokens;
         s->seq_pos0[q] = seqs[q].cache->pos;

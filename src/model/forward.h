@@ -113,11 +113,27 @@ typedef struct tide_step_out {
     float *dspark_in;
 } tide_step_out;
 
+/* Decode rows. A sequence whose active checkpoint has decode_rows set
+ * (cache/seq_cache.h) is fed as if each of its rows were a one-token step
+ * at its position (for verifying drafts outside the chunking-invariant
+ * mode): with the index-key quirk each row reads the keys the republish
+ * rule gives one-token steps (tide_seq_published_at from the state before
+ * the step; keys such a step would not have yet read as zeros), and the
+ * sequence's published layer ends as those steps leave it. Everything else
+ * already agrees at a position > 0 (the decode layout; a chunk's trailing
+ * empty top-k entries change no sum), so its logits equal the one-token
+ * steps' bit for bit. Such a
+ * chunk can only be that long where no row would read keys that a higher
+ * layer makes later in the same step: tide_fwd_decode_rows_max gives how
+ * many rows (<= n, >= 1) a chunk at c->pos can have. */
+int64_t tide_fwd_decode_rows_max(const tide_fwd_ctx *fx, const tide_seq_cache *c, int64_t n);
+
 /* Runs one step. Fails (state unchanged) on bad token ids (< 0 or >= vocab),
  * on the image token outside an image span (types / rows), on a sequence listed
  * twice, when the KV pool is exhausted, when logits are asked of rows below
  * cache->tail_lo (the decoder variant skipped them), or when a sequence
- * would be fed past its active checkpoint (tide_seq_checkpoint).
+ * would be fed past its active checkpoint (tide_seq_checkpoint), or with
+ * more decode rows than tide_fwd_decode_rows_max allows.
  * With the decoder variant, dspark_in rows below tail_lo hold zeros for the
  * target layers above the last KV source. */
 int tide_forward(tide_fwd_ctx *fx, tide_step_seq *seqs, int n_seqs, tide_step_out *out,

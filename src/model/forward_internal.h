@@ -60,6 +60,11 @@ typedef struct tide_step {
      * tail_lo above the last KV source). */
     int64_t *seq_pos0;
     int64_t *win_lo;
+    /* Per sequence: its rows compute what one-token steps would (an active
+     * checkpoint with decode_rows: forward.h), and its published layer
+     * before the step (what those rows' republish rule starts from). */
+    uint8_t *dec;
+    int32_t *pub0;
     /* the latest index source's top-k: compressed positions, ascending, then
      * -1 for picks the query cannot see (the reference's layout: its
      * trailing -1 entries change where the softmax sums' zeros fall) */
