@@ -15,11 +15,12 @@
  * retrained model needs new goldens: tools/golden/README.md).
  *
  * Issue #12's bar is all 64 greedy tokens of every case and >= 99.5 %
- * teacher-forced agreement. tide does NOT meet it on tide-mini today (94.1 %,
+ * teacher-forced agreement. tide does NOT meet it on tide-mini today (95.4 %,
  * no case with 64 equal greedy tokens; docs/tide-mini-fidelity.md: the
- * differences behave like float32 rounding-order noise amplified by the
- * model). TIDE_GOLDEN_STRICT=1 asserts that bar (and fails today); by default
- * the test asserts the regression floor TF_FLOOR below today's figure, which a
+ * layer-by-layer comparison finds float32 summation-order differences in
+ * torch's CPU matmuls and reductions, amplified by bf16/FP8 rounding).
+ * TIDE_GOLDEN_STRICT=1 asserts that bar (and fails today); by default the
+ * test asserts the regression floor TF_FLOOR below today's figure, which a
  * real fault in the forward pass falls through (a wrong golden scores ~0 %),
  * and prints whether the issue's bar is met.
  *
@@ -37,7 +38,7 @@
 #include "testutil.h"
 
 #define MIN_TF_AGREEMENT 0.995 /* issue #12 (TIDE_GOLDEN_STRICT=1) */
-#define TF_FLOOR 0.92          /* regression floor: measured 94.13 % on 2026-12-02 */
+#define TF_FLOOR 0.95          /* regression floor: measured 95.38 % on 2026-12-02 (h/fidel) */
 
 /* --------------------------------------------------------------- checking */
 
@@ -105,10 +106,31 @@ static void tf_row(const char *what, const gcase *c, int row, int32_t mine, floa
            (double)my_m, ref, (double)ref_m);
 }
 
+/* TIDE_GOLDEN_TRACE=FILE: the forward pass's per-layer tensors (opts.dump) of
+ * each case's teacher-forced run, for a layer-by-layer comparison with the
+ * official graph's (tools/golden/README.md). Records: a text line
+ * "CASE STEP NAME LAYER ROWS WIDTH" (STEP 0 = the prefill, i = decode step i),
+ * then ROWS*WIDTH little-endian f32. */
+static FILE *trace;
+static const char *trace_case;
+static int trace_step = -1; /* < 0: not tracing */
+
+static void trace_fn(void *ctx, const char *name, int layer, const float *x, int64_t rows, int64_t width) {
+    (void)ctx;
+    if (!trace || trace_step < 0) return;
+    fprintf(trace, "%s %d %s %d %lld %lld\n", trace_case, trace_step, name, layer, (long long)rows,
+            (long long)width);
+    fwrite(x, sizeof(float), (size_t)(rows * width), trace);
+}
+
 static void run_case(const tide_model *m, int threads, const gcase *c, tally *t) {
     int64_t V = m->cfg.text.vocab_size;
     tide_status st = {0};
     tide_fwd_opts o = tide_fwd_default_opts(); /* reference layout, index-key quirk: the official graph */
+    if (trace) {
+        o.dump = trace_fn;
+        trace_case = c->name;
+    }
     tide_fwd_ctx *fx;
     if (tide_fwd_ctx_create(m, tide_cpu_ops(), threads, &o, &fx, &st) != 0) fail_msg("ctx: %s", st.msg);
     int rows = c->n_prompt > 1 ? c->n_prompt : 1;
@@ -149,14 +171,17 @@ static void run_case(const tide_model *m, int threads, const gcase *c, tally *t)
         if (tide_fwd_seq_init(fx, &sc, &st) != 0) fail_msg("seq: %s", st.msg);
         tide_step_seq p = {&sc, c->prompt, c->n_prompt, TIDE_LOGITS_NONE};
         tide_step_out pout = {NULL, NULL};
+        trace_step = 0;
         if (tide_forward(fx, &p, 1, &pout, &st) != 0) fail_msg("%s prefill: %s", c->name, st.msg);
         for (int i = 0; i < c->n_cont; i++) {
             tide_step_seq d = {&sc, &c->cont[i], 1, TIDE_LOGITS_LAST};
             tide_step_out dout = {lg, NULL};
+            trace_step = i + 1;
             if (tide_forward(fx, &d, 1, &dout, &st) != 0) fail_msg("%s decode: %s", c->name, st.msg);
             tok = top2(lg, V, &mg);
             tf_row("continuation", c, i, tok, mg, c->cont_argmax[i], c->cont_m[i], t);
         }
+        trace_step = -1;
         tide_fwd_seq_free(fx, &sc);
     }
     printf("%-6s prompt %4d: greedy %2d/%d equal; teacher-forced %ld/%ld agree\n", c->name, c->n_prompt, g,
@@ -202,6 +227,8 @@ static void test_official_goldens(void **state) {
     tally t = {0};
     const char *dp = getenv("TIDE_GOLDEN_DUMP");
     dump = dp && *dp ? fopen(dp, "w") : NULL;
+    const char *tp = getenv("TIDE_GOLDEN_TRACE");
+    trace = tp && *tp ? fopen(tp, "wb") : NULL;
     for (int i = 0; i < g.n; i++)
         if (wanted(g.c[i].name)) run_case(m, threads, &g.c[i], &t);
     double tf = t.tf_rows ? (double)t.tf_agree / (double)t.tf_rows : 0.0;
@@ -215,6 +242,8 @@ static void test_official_goldens(void **state) {
            met ? "met" : "NOT met", 100.0 * TF_FLOOR, strict ? " (TIDE_GOLDEN_STRICT: asserting the bar)" : "");
     if (dump) fclose(dump);
     dump = NULL;
+    if (trace) fclose(trace);
+    trace = NULL;
     tide_model_free(m);
     golden_free(&g);
     assert_true(t.greedy_cases > 0);

@@ -112,40 +112,54 @@ static int bind_lin(tide_model *m, const char *prefix, int64_t out, int64_t in, 
 #define A_DENSE (A_F32 | A_BF16)
 #define A_QUANT (A_FP8 | A_BF16 | A_F32)
 
-/* RoPE frequencies, tide's rule (docs/model.md, "Deviations"): the formula
- * of the reference's precompute_freqs_cis, power and YaRN ramp included, is
- * evaluated in double with the C library's pow and rounded ONCE to f32. The
- * reference's torch f32 pow has a machine-dependent last bit; this value is
- * the correctly rounded one (a double with < 1 ulp error rounds to it unless
- * the exact value sits within ~2^-50 of an f32 midpoint; test_ops_ref checks
- * that it does not for the shapes we use). tools/ref/model.py rope_inv_freq
- * computes the same expression in the same order. */
+/* RoPE frequencies exactly as the reference's precompute_freqs_cis computes
+ * them in torch float32 (docs/model.md, "RoPE"): every step of the formula is
+ * one f32 operation, in the reference's order --
+ *   e = f32(2i) / f32(dim); p = base ** e; freq = 1 / p;
+ *   YaRN: ramp = clamp((f32(i) - low) / f32(max(high - low, 1e-3)), 0, 1),
+ *         smooth = 1 - ramp, freq = (freq / factor) * (1 - smooth) + freq * smooth
+ * -- and only the power is a transcendental: it is evaluated in double by
+ * the C library's pow and rounded once to f32 (the correctly rounded value,
+ * which is what torch's f32 pow returns for these exponents; test_ops_ref
+ * checks the margin to the f32 rounding midpoints). An earlier rule
+ * evaluated the whole formula in double and rounded once: that differs from
+ * the reference by one f32 ulp in a third of the frequencies, and on a
+ * trained model one ulp of a rotation flips bf16 roundings that fp8
+ * quantisation then amplifies. tools/ref/model.py rope_inv_freq computes the
+ * same steps. */
 void tide_rope_freqs(int dim, int64_t original_len, double base, double factor, double beta_fast,
                      double beta_slow, float *freq) {
     int nf = dim / 2;
-    double low = 0, span = 1;
+    float low = 0, span = 1;
     if (original_len > 0) {
         double lo_d = dim * log((double)original_len / (beta_fast * 2 * M_PI)) / (2 * log(base));
         double hi_d = dim * log((double)original_len / (beta_slow * 2 * M_PI)) / (2 * log(base));
-        low = floor(lo_d) > 0 ? floor(lo_d) : 0;
+        double lo = floor(lo_d) > 0 ? floor(lo_d) : 0;
         double high = ceil(hi_d) < dim - 1 ? ceil(hi_d) : dim - 1;
-        span = high - low > 1e-3 ? high - low : 1e-3;
+        low = (float)lo;
+        span = (float)(high - lo > 1e-3 ? high - lo : 1e-3);
     }
     for (int i = 0; i < nf; i++) {
-        double f = 1.0 / pow(base, (double)(2 * i) / dim);
+        float e = (float)(2 * i) / (float)dim;
+        float p = (float)pow(base, (double)e);
+        float f = 1.0f / p;
         if (original_len > 0) {
-            double ramp = ((double)i - low) / span;
+            float ramp = ((float)i - low) / span;
             ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
-            double smooth = 1.0 - ramp;
-            f = f / factor * (1.0 - smooth) + f * smooth;
+            float smooth = 1.0f - ramp;
+            float a = f / (float)factor, b = 1.0f - smooth;
+            float t1 = a * b, t2 = f * smooth;
+            f = t1 + t2;
         }
-        freq[i] = (float)f;
+        freq[i] = f;
     }
 }
 
 /* angle = f32(pos) * freq in f32 (the reference's f32 outer product); cos
  * and sin of that angle in double by the C library, rounded once to f32
- * (the oracle's rope_cos_sin calls the same cos/sin). */
+ * (the oracle's rope_cos_sin calls the same cos/sin). torch.polar takes the
+ * f32 cos/sin of the angle; on the positions of the tide-mini dumps both
+ * give the same rotations. */
 void tide_rope_cs(const float *freq, int n_freq, int64_t pos, float *cs) {
     for (int f = 0; f < n_freq; f++) {
         float a = (float)pos * freq[f];

@@ -36,15 +36,19 @@ def rope_inv_freq(rd, theta, yarn):
     """Per-pair frequencies of precompute_freqs_cis; yarn = None or
     (factor, beta_fast, beta_slow, original_seq_len).
 
-    tide's rule (docs/reference.md, "Transcendentals"): the whole formula,
-    power and YaRN ramp included, is evaluated in float64 with the C
-    library's pow (math.pow; the engine calls the same pow) and rounded ONCE
-    to float32. The official code uses torch float32 pow, whose last bit
-    depends on the machine; so did numpy's float32 power (SVML on AVX512).
-    Rounding a float64 result with < 1 ulp error gives the correctly rounded
-    float32 unless the exact value lies within ~2^-50 relative of a float32
-    rounding midpoint, which test_ops_ref checks for the shapes we ship."""
-    f = [1.0 / math.pow(float(theta), k / rd) for k in range(0, rd, 2)]
+    As the official code computes them in torch float32 (docs/reference.md,
+    "Transcendentals"): every step is one float32 operation in the official
+    order (e = f32(k) / f32(rd); 1 / theta**e; the YaRN ramp, smooth and
+    blend), and only the power is a transcendental, evaluated in float64 by
+    the C library's pow (math.pow; the engine calls the same pow) and
+    rounded once to float32: the correctly rounded value, which torch's
+    float32 pow returns for these exponents (test_ops_ref checks the margin
+    to the float32 rounding midpoints). The per-layer dumps of the official
+    graph on tide-mini (docs/tide-mini-fidelity.md) match these frequencies
+    on every rotation; the former rule (the whole formula in float64,
+    rounded once) was one ulp off in a third of them."""
+    e = [F32(F32(k) / F32(rd)) for k in range(0, rd, 2)]
+    f = [F32(F32(1.0) / F32(math.pow(float(theta), float(x)))) for x in e]
     if yarn is not None and yarn[3] > 0:
         factor, beta_fast, beta_slow, orig = yarn
 
@@ -53,14 +57,14 @@ def rope_inv_freq(rd, theta, yarn):
 
         low = max(math.floor(corrected(beta_fast)), 0)
         high = min(math.ceil(corrected(beta_slow)), rd - 1)
-        span = max(high - low, 1e-3)
+        span = F32(max(high - low, 1e-3))
         out = []
         for i, v in enumerate(f):
-            ramp = min(max((i - low) / span, 0.0), 1.0)
-            smooth = 1.0 - ramp
-            out.append(v / float(factor) * (1.0 - smooth) + v * smooth)
+            ramp = F32(min(max(F32(F32(i) - F32(low)) / span, F32(0)), F32(1)))
+            smooth = F32(F32(1) - ramp)
+            out.append(F32(F32(F32(v / F32(factor)) * F32(F32(1) - smooth)) + F32(v * smooth)))
         f = out
-    return np.array(f, dtype=np.float64).astype(F32)
+    return np.array(f, dtype=F32)
 
 
 _cos = np.frompyfunc(math.cos, 1, 1)
@@ -156,7 +160,17 @@ def sparse_attn(q, kv, sink, idx, scale):
         ch = idx[:, b:b + 64]
         valid = ch >= 0
         vals = kv[np.maximum(ch, 0)] * valid[..., None]  # [t, c, D]
-        sc = np.einsum("thd,tcd->thc", q64, vals.astype(np.float64)).astype(F32)
+        # q.k as torch's CPU matmul computes it: float32 multiply-adds in
+        # order over d (exact product plus running sum, rounded to float32
+        # at each step; the float64 sum of an exact float32 product and a
+        # float32 is rounded once more only in ~2^-29 of the cases). The
+        # per-layer dumps of the official graph on tide-mini
+        # (docs/tide-mini-fidelity.md) match this order on every score; a
+        # correctly rounded dot product does not.
+        v64 = vals.astype(np.float64)
+        sc = np.zeros((t, H, vals.shape[1]), dtype=F32)
+        for d in range(D):
+            sc = (sc + q64[:, :, None, d] * v64[:, None, :, d]).astype(F32)
         sc = np.where(valid[:, None, :], sc, F32(-np.inf)) * scale
         nxt = np.maximum(mx, sc.max(-1))
         corr = np.exp(mx - nxt)

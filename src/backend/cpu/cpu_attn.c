@@ -31,6 +31,21 @@ static double sum_np_f64(const float *x, int n) {
     return res;
 }
 
+/* q.k as torch's CPU matmul computes it for the reference: float32
+ * multiply-adds in order over the dimension, the running sum rounded to f32
+ * at every step. The exact f32 product plus the f32 sum, in double, rounds
+ * like a fused multiply-add except in ~2^-29 of the cases (double
+ * rounding), and the numpy oracle does the same (tools/ref/model.py
+ * sparse_attn). The official graph's per-layer dumps on tide-mini
+ * (docs/tide-mini-fidelity.md) match this on every score; the correctly
+ * rounded dot product (tide_cpu_dot) flipped a bf16 rounding of the
+ * attention output there, which the FP8 quantisation downstream amplified. */
+static float dot_seq(const float *a, const float *b, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s = (float)((double)a[i] * b[i] + (double)s);
+    return s;
+}
+
 typedef struct {
     const float *q;
     int heads;
@@ -59,7 +74,7 @@ static void attn_task(void *arg, int64_t task, int thread) {
         float cmax = -INFINITY;
         for (int i = 0; i < n; i++) {
             const float *v = row->kv[b + i];
-            sc[i] = v ? tide_cpu_dot(q, v, D) * j->scale : -INFINITY;
+            sc[i] = v ? dot_seq(q, v, D) * j->scale : -INFINITY;
             if (sc[i] > cmax) cmax = sc[i];
         }
         float next = maximum > cmax ? maximum : cmax;
