@@ -9,10 +9,11 @@
  *
  * Tiling. One 128-thread block per (row, head); q and the running numerator
  * (dim floats each) live in shared memory. Per chunk of 64 entries:
- *   1. scores: 32 groups of 4 lanes, each group one entry at a time (two
- *      passes); lane l of a group sums the products of positions = l mod 4
- *      in double and the group combines (s0+s1)+(s2+s3): exactly the CPU's
- *      tide_cpu_dot, so the f32 score is identical;
+ *   1. scores: one lane of each group of 4 per entry sums q.k in order,
+ *      each step an exact product plus the running f32 sum in double,
+ *      rounded to f32: the CPU's dot_seq (cpu_attn.c, torch's order in the
+ *      official graph), so the f32 score is identical (the other 3 lanes
+ *      idle: this is the exact mode's correctness kernel);
  *   2. thread 0 runs the online-softmax bookkeeping of the CPU code
  *      (chunk max, correction, numpy-order exp and pairwise sum, BF16
  *      rounding of the un-normalised probabilities), on 64 values;
@@ -73,9 +74,13 @@ __global__ void __launch_bounds__(ATTN_THREADS) sparse_attn_kernel(const float *
         for (int i0 = 0; i0 < n; i0 += ATTN_THREADS / 4) {
             int i = i0 + g;
             int64_t e = i < n ? ent[i] : -1;
-            double s = e >= 0 ? tide_dev_dot_lane(qs, kv + e * dim, dim, l) : 0.0;
-            float dot = tide_dev_dot_combine4(s);
-            if (l == 0 && i < n) sc[i] = e >= 0 ? __fmul_rn(dot, scale) : -INFINITY;
+            if (l == 0 && i < n) { /* the CPU's dot_seq: f32 sum in order, each step in double, rounded */
+                float dot = 0.0f;
+                const float *k = e >= 0 ? kv + e * dim : nullptr;
+                for (int d = 0; k && d < dim; d++)
+                    dot = __double2float_rn(__dadd_rn(__dmul_rn((double)qs[d], (double)k[d]), (double)dot));
+                sc[i] = e >= 0 ? __fmul_rn(dot, scale) : -INFINITY;
+            }
         }
         __syncthreads();
         /* 2. online-softmax bookkeeping, as the CPU */
