@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "base/fs.h"
+#include "cli/backend.h"
 #include "cli/cli.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -31,6 +32,7 @@ typedef struct {
     const char *model, *text, *tokenizer, *dump;
     int64_t ctx, stride, max_tokens;
     int threads, bos, json, split_special, quiet;
+    const char *backend, *kernels;
 } eval_opts;
 
 static void usage(FILE *f) {
@@ -51,6 +53,8 @@ static void usage(FILE *f) {
             "  --no-bos           windows do not start with BOS\n"
             "  --max-tokens N     score only the first N tokens of the text\n"
             "  --threads N        worker threads (default 2)\n"
+            "  --backend cpu|cuda, --kernels exact|fast: where the forward runs (as tide run;\n"
+            "                     cuda exact gives the CPU's perplexity bit for bit)\n"
             "  --dump FILE        one line per scored token: its index in the text's tokens, its id,\n"
             "                     its NLL and the arg-max id (the predicted token)\n"
             "  --json             one JSON object on stdout: {\"tokens\", \"nll\", \"ppl\", \"top1\",\n"
@@ -73,6 +77,8 @@ static int parse_args(int argc, char **argv, eval_opts *o) {
         else if (!strcmp(a, "--text") && v) o->text = argv[++i];
         else if (!strcmp(a, "--tokenizer") && v) o->tokenizer = argv[++i];
         else if (!strcmp(a, "--dump") && v) o->dump = argv[++i];
+        else if (!strcmp(a, "--backend") && v) o->backend = argv[++i];
+        else if (!strcmp(a, "--kernels") && v) o->kernels = argv[++i];
         else if (!strcmp(a, "--no-bos")) o->bos = 0;
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--split-special")) o->split_special = 1;
@@ -226,6 +232,7 @@ int tide_cmd_eval(int argc, char **argv) {
     else snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", o.model);
     tide_tokenizer *tok = NULL;
     tide_model *m = NULL;
+    tide_cli_backend be = {0};
     tide_fwd_ctx *fx = NULL;
     tide_tok_ids ids = {0};
     char *text = NULL;
@@ -249,15 +256,22 @@ int tide_cmd_eval(int argc, char **argv) {
         tide_fail(&st, TIDE_ERR_INVALID, "%s has no %s token (give --no-bos)", tokpath, TIDE_TOK_BOS);
         goto out;
     }
+    if (tide_cli_backend_parse(&be, o.backend, o.kernels, &st) != 0) goto out;
     if (tide_model_load(o.model, &m, &st) != 0) goto out;
+    tide_engine_config ec;
+    memset(&ec, 0, sizeof ec);
+    if (tide_cli_backend_open(&be, &ec, &st) != 0) goto out;
+    const tide_ops *ops = ec.ops ? ec.ops : tide_cpu_ops();
+    if (ops->bind_weights && ops->bind_weights(ops, m->ck, &st) != 0) goto out;
     tide_fwd_opts fo = tide_fwd_default_opts();
-    if (tide_fwd_ctx_create(m, tide_cpu_ops(), o.threads, &fo, &fx, &st) != 0) goto out;
+    if (tide_fwd_ctx_create(m, ops, o.threads, &fo, &fx, &st) != 0) goto out;
     eval_sums sum = {0};
     if (o.dump && !(dump = fopen(o.dump, "w"))) {
         tide_fail(&st, TIDE_ERR_IO, "cannot write %s: %s", o.dump, strerror(errno));
         goto out;
     }
-    if (run_windows(fx, m, ids.ids, n, bos, &o, dump, &sum, &st) != 0) goto out;
+    if (run_windows(fx, m, ids.ids, n, bos, &o, dump, &sum, &st) != 0 || tide_cli_backend_check(&be, &st) != 0)
+        goto out;
     if (dump) {
         int bad = ferror(dump);
         if (fclose(dump) != 0 || bad) {
@@ -282,6 +296,7 @@ out:
     if (rc != TIDE_EXIT_OK) fprintf(stderr, "tide eval: %s\n", st.msg);
     if (dump) fclose(dump);
     tide_fwd_ctx_free(fx);
+    tide_cli_backend_close(&be);
     tide_model_free(m);
     tide_tok_ids_free(&ids);
     tide_tokenizer_free(tok);

@@ -44,6 +44,11 @@ done >"$d/in.jsonl"
   cat "$d/err"; fail "JSONL batch on the fake failed"; }
 [ "$(sort "$d/cpu.jsonl")" = "$(sort "$d/gpu.jsonl")" ] || fail "JSONL results differ: $(diff <(sort "$d/cpu.jsonl") <(sort "$d/gpu.jsonl"))"
 [ "$(wc -l <"$d/gpu.jsonl")" = 8 ] || fail "expected 8 results"
+# tide eval through the CUDA table: the CPU's perplexity, bit for bit
+printf 'The quick brown fox jumps over the lazy dog, and then it rests in the sun. %.0s' 1 2 3 4 >"$d/t.txt"
+e1=$("$tide" eval --model "$d/m" --text "$d/t.txt" 2>/dev/null)
+e2=$("$fake" eval --model "$d/m" --text "$d/t.txt" --backend cuda 2>"$d/err") || { cat "$d/err"; fail "tide eval --backend cuda (fake) failed"; }
+[ -n "$e1" ] && [ "$e1" = "$e2" ] || fail "tide eval differs: cpu '$e1' cuda '$e2'"
 # the real tide here has no GPU (and may be built without CUDA): a clear error
 if "$tide" run --model "$d/m" --prompt-ids 1,2 --backend cuda >/dev/null 2>"$d/e2"; then
   fail "tide run --backend cuda succeeded on a machine without a GPU"
