@@ -485,6 +485,10 @@ void tide_engine_destroy(tide_engine *e) {
 
 int64_t tide_engine_vocab_size(const tide_engine *e) { return e->vocab; }
 
+const tide_vision_config *tide_engine_vision(const tide_engine *e) {
+    return e->has_vision ? &e->m->cfg.vision : NULL;
+}
+
 int64_t tide_engine_context(const tide_engine *e) { return e->m->cfg.text.max_position_embeddings; }
 
 int tide_engine_eos_tokens(const tide_engine *e, const int32_t **ids) {
