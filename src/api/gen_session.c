@@ -79,12 +79,11 @@ static int expand_images(gen_session *s, const tide_conv *c, tide_tok_ids *ids, 
     for (size_t i = 0; i < c->n_images; i++) {
         tide_status dst = {0};
         tide_image_plan pl;
-        if (tide_image_decode(c->images[i].data, c->images[i].n, &lim, &s->imgs[i], &dst) != 0 ||
-            tide_image_plan_grid(s->imgs[i].w, s->imgs[i].h, g->vision, &pl, &dst) != 0) {
+        int rc = tide_image_decode(c->images[i].data, c->images[i].n, &lim, &s->imgs[i], &dst);
+        if (rc == 0) s->n_imgs = (int)i + 1; /* freed with the session */
+        if (rc != 0 || tide_image_plan_grid(s->imgs[i].w, s->imgs[i].h, g->vision, &pl, &dst) != 0)
             /* over the limits is TIDE_ERR_NOMEM there: still the client's */
             return tide_fail(st, TIDE_ERR_INVALID, "image %zu: %s", i, dst.msg);
-        }
-        s->n_imgs = (int)i + 1;
         len[i] = tide_image_span_len(&pl);
         extra += len[i] - 1;
     }
