@@ -50,19 +50,27 @@ static int prompt_ids(const tide_gen_engine *g, const tide_api_req *req, tide_to
     return rc;
 }
 
-int tide_gen_prompt_ids(const tide_gen_engine *g, const tide_api_req *req, tide_tok_ids *ids, int *in_reasoning,
-                        tide_status *st) {
-    return prompt_ids(g, req, ids, in_reasoning, st);
-}
-
 /* The prompt's images (docs/vision.md): each image part's bytes decoded
  * under the server's limits and planned, and the image token the renderer
  * put for it expanded into the image's span (every position the image
  * token: tide_image_plan_grid's length), the span's start recorded for the
  * engine, which encodes the pixels at submit. Any failure is the client's
  * (400). */
-static int expand_images(gen_session *s, const tide_conv *c, tide_tok_ids *ids, tide_status *st) {
-    const tide_gen_engine *g = s->g;
+typedef struct img_out {
+    tide_image *imgs;          /* [n_images] decoded */
+    tide_request_image *rimgs; /* [n_images] for the engine */
+    int n;                     /* decoded so far (to free) */
+} img_out;
+
+static void img_out_free(img_out *o) {
+    for (int i = 0; i < o->n; i++) tide_image_free(&o->imgs[i]);
+    free(o->imgs);
+    free(o->rimgs);
+    memset(o, 0, sizeof *o);
+}
+
+static int expand_images(const tide_gen_engine *g, const tide_conv *c, tide_tok_ids *ids, img_out *s,
+                         tide_status *st) {
     const tide_gen_image_limits *L = &g->img_lim;
     int max = L->max_images > 0 ? L->max_images : TIDE_GEN_MAX_IMAGES;
     if (c->n_images == 0) return 0;
@@ -80,7 +88,7 @@ static int expand_images(gen_session *s, const tide_conv *c, tide_tok_ids *ids, 
         tide_status dst = {0};
         tide_image_plan pl;
         int rc = tide_image_decode(c->images[i].data, c->images[i].n, &lim, &s->imgs[i], &dst);
-        if (rc == 0) s->n_imgs = (int)i + 1; /* freed with the session */
+        if (rc == 0) s->n = (int)i + 1; /* freed by the caller */
         if (rc != 0 || tide_image_plan_grid(s->imgs[i].w, s->imgs[i].h, g->vision, &pl, &dst) != 0)
             /* over the limits is TIDE_ERR_NOMEM there: still the client's */
             return tide_fail(st, TIDE_ERR_INVALID, "image %zu: %s", i, dst.msg);
@@ -108,6 +116,17 @@ static int expand_images(gen_session *s, const tide_conv *c, tide_tok_ids *ids, 
     ids->ids = out;
     ids->n = ids->cap = at;
     return 0;
+}
+
+int tide_gen_prompt_ids(const tide_gen_engine *g, const tide_api_req *req, tide_tok_ids *ids, int *in_reasoning,
+                        tide_status *st) {
+    if (prompt_ids(g, req, ids, in_reasoning, st) != 0) return -1;
+    if (req->kind == TIDE_API_COMPLETIONS || req->conv.n_images == 0) return 0;
+    /* the spans as the engine will see them (/tokenize, count_tokens) */
+    img_out o = {0};
+    int rc = expand_images(g, &req->conv, ids, &o, st);
+    img_out_free(&o);
+    return rc;
 }
 
 /* The sampler's parameters from the request's settings; the arrays are the
@@ -266,7 +285,16 @@ int tide_gen_session_new(tide_gen_engine *g, const tide_gen_input *in, gen_sessi
         goto done;
     }
     if (prompt_ids(g, in->req, &ids, &in_reasoning, st) != 0) goto done;
-    if (in->req->kind != TIDE_API_COMPLETIONS && expand_images(s, &in->req->conv, &ids, st) != 0) goto done;
+    if (in->req->kind != TIDE_API_COMPLETIONS && in->req->conv.n_images > 0) {
+        img_out o = {0};
+        rc = expand_images(g, &in->req->conv, &ids, &o, st);
+        s->imgs = o.imgs, s->rimgs = o.rimgs, s->n_imgs = o.n; /* the session owns them */
+        if (rc != 0) {
+            rc = -1;
+            goto done;
+        }
+        rc = -1;
+    }
     if (ids.n == 0) {
         tide_fail(st, TIDE_ERR_INVALID, "the prompt is empty");
         goto done;

@@ -97,6 +97,11 @@ await check('anthropic: a base64 image block', async () => {
   assert.equal(m.type, 'message');
   assert.equal(m.content[0].type, 'text');
   assert.ok(m.usage.input_tokens > 17);
+  // count_tokens counts the image's whole span, as the generation does
+  const c = await anthropic.messages.countTokens({ model: 'tiny', messages: [{ role: 'user', content: [
+    { type: 'image', source: { type: 'base64', media_type: 'image/png', data: img.toString('base64') } },
+    { type: 'text', text: 'What is this?' }] }] });
+  assert.equal(c.input_tokens, m.usage.input_tokens);
 });
 
 const bad400 = (re) => (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && re.test(e.message) &&
