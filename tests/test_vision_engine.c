@@ -3,7 +3,9 @@
  * one image's span, text] decoded greedily by the engine gives exactly the
  * tokens of the forward API fed by hand (tide_forward_images with the span
  * rows of tide_vision_span_embeds, then plain decode steps), both with the
- * prompt in one chunk and in chunks of 5 that split the span; the prefix
+ * prompt in one chunk and in chunks of 5 that split the span (chunking-
+ * invariant layout), and in the reference's layout with fixed chunks of 4
+ * against the forward API fed in the same chunks; the prefix
  * cache hits a repeated request (same image) past the span with the same
  * tokens, and a request with the same text and another image shares no page
  * that holds a span position and gives a fresh engine's tokens; bad spans
@@ -67,12 +69,15 @@ static int teardown(void **state) {
     return tn_model_teardown(&f);
 }
 
-static tide_engine_config cfg_for(int64_t step_tokens, int prefix) {
+/* canonical: the chunking-invariant layout; else the reference's layout
+ * with its fixed chunks of `chunk` tokens (sched.h) */
+static tide_engine_config cfg_for(int64_t step_tokens, int prefix, int canonical, int64_t chunk) {
     tide_engine_config c = tide_engine_config_default();
     c.n_threads = 2;
     c.kv_block = 2;
-    c.canonical_layout = 1;
-    c.index_key_quirk = 0;
+    c.canonical_layout = canonical;
+    c.index_key_quirk = !canonical;
+    c.prefill_chunk = chunk;
     c.max_step_tokens = step_tokens;
     c.prefix_cache = prefix;
     c.page_tokens = prefix ? 8 : 0;
@@ -88,9 +93,10 @@ static int32_t argmax(const float *l, int64_t V, int64_t img) {
     return (int32_t)b;
 }
 
-/* The forward API by hand: the prompt in one step with the span's rows,
- * then NEW - 1 decode steps. */
-static void reference(const fx_t *x, int k, int32_t *out) {
+/* The forward API by hand: the prompt in steps of `chunk` tokens (0: one
+ * step) with the span's rows, then NEW - 1 decode steps; canonical as
+ * cfg_for. */
+static void reference(const fx_t *x, int k, int canonical, int64_t chunk, int32_t *out) {
     const tide_model *m = x->f->m;
     tide_status st = {0};
     tide_vision v;
@@ -107,18 +113,23 @@ static void reference(const fx_t *x, int k, int32_t *out) {
     if (tide_vision_span_embeds(&v, tide_cpu_ops(), NULL, patches, &pl, rows + PRE * D, &st)) fail_msg("%s", st.msg);
     tide_image_span_types(&pl, types + PRE);
     tide_fwd_opts o = tide_fwd_default_opts();
-    o.ref_layout = 0;
-    o.index_key_quirk = 0;
+    o.ref_layout = !canonical;
+    o.index_key_quirk = !canonical;
     o.kv_block = 2;
     tide_fwd_ctx *fx;
     if (tide_fwd_ctx_create(m, tide_cpu_ops(), 2, &o, &fx, &st)) fail_msg("%s", st.msg);
     tide_seq_cache sc;
     if (tide_fwd_seq_init(fx, &sc, &st)) fail_msg("%s", st.msg);
     float *logits = malloc((size_t)V * sizeof(float));
-    tide_step_seq s = {&sc, x->prompt, x->n_prompt, TIDE_LOGITS_LAST};
-    tide_step_image si = {types, rows};
     tide_step_out so = {logits, NULL};
-    if (tide_forward_images(fx, &s, 1, &si, &so, &st)) fail_msg("forward: %s", st.msg);
+    tide_step_seq s;
+    for (int64_t at = 0; at < x->n_prompt;) {
+        int64_t n = chunk > 0 && x->n_prompt - at > chunk ? chunk : x->n_prompt - at;
+        s = (tide_step_seq){&sc, x->prompt + at, n, at + n == x->n_prompt ? TIDE_LOGITS_LAST : TIDE_LOGITS_NONE};
+        tide_step_image si = {types + at, rows + at * D};
+        if (tide_forward_images(fx, &s, 1, &si, &so, &st)) fail_msg("forward: %s", st.msg);
+        at += n;
+    }
     for (int j = 0; j < NEW; j++) {
         out[j] = argmax(logits, V, m->cfg.image_token_id);
         if (j == NEW - 1) break;
@@ -161,7 +172,7 @@ static int64_t run_one(tide_engine *e, const fx_t *x, int k, int32_t *out) {
 }
 
 static tide_engine *make(const fx_t *x, int64_t step_tokens, int prefix) {
-    tide_engine_config c = cfg_for(step_tokens, prefix);
+    tide_engine_config c = cfg_for(step_tokens, prefix, 1, 0);
     tide_engine *e;
     tide_status st = {0};
     if (tide_engine_create_with_model(&c, x->f->m, &e, &st) != 0) fail_msg("engine: %s", st.msg);
@@ -171,7 +182,7 @@ static tide_engine *make(const fx_t *x, int64_t step_tokens, int prefix) {
 static void engine_matches_forward(void **state) {
     fx_t *x = *state;
     int32_t ref[NEW], got[NEW];
-    reference(x, 0, ref);
+    reference(x, 0, 1, 0, ref);
     /* one chunk, then chunks of 5 (the span starts at 8: split) */
     int64_t steps[2] = {64, 5};
     for (int i = 0; i < 2; i++) {
@@ -183,13 +194,24 @@ static void engine_matches_forward(void **state) {
                          ref[j]);
         tide_engine_destroy(e);
     }
+    /* the reference's layout, where chunking changes the numbers: the
+     * engine's fixed chunks of 4 (cutting the span at 8, 12, ...) against
+     * the forward API fed in the same chunks */
+    reference(x, 0, 0, 4, ref);
+    tide_engine_config c = cfg_for(64, 0, 0, 4);
+    tide_engine *e;
+    tide_status st = {0};
+    if (tide_engine_create_with_model(&c, x->f->m, &e, &st) != 0) fail_msg("engine: %s", st.msg);
+    run_one(e, x, 0, got);
+    tide_engine_destroy(e);
+    assert_memory_equal(got, ref, sizeof got);
 }
 
 static void prefix_cache_keys_on_pixels(void **state) {
     fx_t *x = *state;
     int32_t ref0[NEW], ref1[NEW], a[NEW], b[NEW], c[NEW];
-    reference(x, 0, ref0);
-    reference(x, 1, ref1);
+    reference(x, 0, 1, 0, ref0);
+    reference(x, 1, 1, 0, ref1);
     tide_engine *e = make(x, 64, 1);
     assert_int_equal(run_one(e, x, 0, a), 0);
     int64_t hit = run_one(e, x, 0, b);     /* same image: hits past the span */
