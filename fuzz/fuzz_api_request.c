@@ -1,4 +1,5 @@
-/* Fuzz target for the request converters. The first byte selects the API
+/* Fuzz target for the request converters (image parts included: their
+ * bytes go through the image decoder). The first byte selects the API
  * (Chat Completions, Responses, Messages, Completions); the rest is the request
  * body. A request that parses is rendered and run through the output side
  * with a fixed sample output; one that does not must produce an error body
@@ -10,6 +11,7 @@
 #include "api/api.h"
 #include "api/out.h"
 #include "text/render.h"
+#include "vision/image.h"
 
 static int sink(void *ud, const char *event, const char *data, size_t len, tide_status *st) {
     (void)ud, (void)event, (void)data, (void)len, (void)st;
@@ -36,6 +38,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     tide_prompt p;
     tide_status st = {0};
+    /* image parts: their bytes through the decoder, as the generation
+     * layer does (small limits: fuzzing is about the parsing) */
+    tide_image_limits lim = {1u << 20, 1 << 20};
+    for (size_t i = 0; i < req.conv.n_images; i++) {
+        tide_image im;
+        tide_status ist = {0};
+        if (tide_image_decode(req.conv.images[i].data, req.conv.images[i].n, &lim, &im, &ist) == 0) tide_image_free(&im);
+    }
     if (tide_render(&req.conv, &p, &st) == 0) {
         tide_api_out *o;
         if (tide_api_out_new(&req, p.in_reasoning, "fz", 0, sink, NULL, &o, &st) == 0) {

@@ -1,5 +1,5 @@
 /* Fuzzes tide serve's request path. One server runs for the whole session
- * (on the tiny checkpoint written to a temporary directory at the
+ * (on the tiny checkpoint with a vision tower written to a temporary directory at the
  * first input, removed at exit), listening on a free loopback port; the
  * first byte of an input picks what the rest is:
  *
@@ -61,7 +61,10 @@ static int setup(void) {
     tide_status st = {0};
     tide_config cfg;
     tide_synth_opts so = {.out_dir = g_dir, .shape = "tiny", .seed = 1, .tokenizer = TIDE_DEFAULT_TOKENIZER};
-    if (tide_config_preset("tiny", &cfg, &st) != 0 || tide_synth_write(&cfg, &so, NULL, &st) != 0) {
+    /* with the tiny vision tower, so that image parts are decoded, planned
+     * and encoded as in production */
+    if (tide_config_preset("tiny", &cfg, &st) != 0 || tide_config_preset_vision("tiny", &cfg, &st) != 0 ||
+        tide_synth_write(&cfg, &so, NULL, &st) != 0) {
         fprintf(stderr, "fuzz_serve_http: %s\n", st.msg);
         return -1;
     }

@@ -216,16 +216,31 @@ typedef struct tide_request {
      * this request writes, which sets how long they are kept
      * (TIDE_KV_CLASS_*; default: the tiers' own class). */
     int kv_class;
+    /* Images in the prompt (docs/vision.md; a model with a vision tower):
+     * image i's span starts at prompt position images[i].pos, in increasing
+     * order, and is exactly the tide_image_plan_grid span of its size, every
+     * position the image token. The engine encodes each one with the tower
+     * at submit (the pixels are not kept) and keys the span's prefix-cache
+     * pages on a hash of the pixels. */
+    const struct tide_request_image *images;
+    int n_images;
 } tide_request;
+
+typedef struct tide_request_image {
+    int64_t pos;               /* first position of its span in the prompt */
+    int w, h;                  /* decoded size in pixels */
+    const uint8_t *rgb;        /* [h][w][3] 8-bit RGB (tide_image_decode) */
+} tide_request_image;
 
 enum { TIDE_KV_CLASS_DEFAULT = 0, TIDE_KV_CLASS_CHAT = 1 /* 7 days */, TIDE_KV_CLASS_AGENT = 2 /* 3 days */ };
 
 tide_request tide_request_default(void);
 
 /* Validates and queues a request. Fails (nothing queued) on an empty prompt,
- * a token outside the vocabulary or the image token, max_tokens < 1, bad
- * sampling parameters, or a request longer than the model's context or the
- * whole KV pool. */
+ * a token outside the vocabulary, the image token outside an image span, an
+ * image that does not match its span, max_tokens < 1, bad sampling
+ * parameters, or a request longer than the model's context or the whole KV
+ * pool. */
 int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *id, tide_status *st);
 
 /* Runs one scheduler step (a no-op when idle). A failure inside the step

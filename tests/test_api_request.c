@@ -154,7 +154,7 @@ static void test_chat_errors(void **state) {
                     "{\"role\":\"user\",\"content\":5}]}",
                  "messages[2].content", "messages[2].content: expected string or array, got integer");
     expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
-                 "messages[0].content[0]", "images are not supported yet");
+                 "messages[0].content[0].image_url.url", "expected a data: URL");
     expect_error(C, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"a\"}]}", "messages[0].role", "unknown role");
     expect_error(C, "{\"messages\":[]}", "messages", "at least one message");
     expect_error(C, "{}", "messages", "required");
@@ -267,13 +267,89 @@ static void test_responses(void **state) {
     expect_error(R, "{\"input\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":7}]}",
                  "input[1].content", "input[1].content: expected string or array, got integer");
     expect_error(R, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}",
-                 "input[0].content[0]", "images are not supported yet");
+                 "input[0].content[0].image_url", "expected a data: URL");
     expect_error(R, "{\"input\":\"a\",\"previous_response_id\":\"resp_1\"}", "previous_response_id", "no response state");
     expect_error(R, "{\"input\":\"a\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type", "only function tools");
     expect_error(R, "{\"input\":\"a\",\"max_output_tokens\":-1}", "max_output_tokens", "outside");
     expect_error(R, "{\"input\":\"a\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}", "text.format.schema", "required");
     expect_error(R, "{\"model\":\"m\"}", "input", "required");
     expect_error(R, "{\"input\":[{\"type\":\"mystery\"}]}", "input[0].type", "not supported");
+}
+
+/* Image parts (docs/vision.md): the bytes of data: URLs and base64 sources
+ * land in the conversation, a placeholder where each part was (rendered as
+ * markup, so it becomes the image token); remote URLs, bad base64, other
+ * media types, images outside user messages and a client's own placeholder
+ * are refused with the field's path. Random bytes per run. */
+static void test_images(void **state) {
+    (void)state;
+    static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    tu_rng g = {tu_seed() | 1};
+    unsigned char raw[48];
+    char b64[65], body[1024];
+    for (int i = 0; i < 48; i++) raw[i] = (unsigned char)tu_next(&g);
+    for (int i = 0; i < 16; i++) { /* 3 bytes -> 4 characters */
+        uint32_t v = (uint32_t)raw[3 * i] << 16 | (uint32_t)raw[3 * i + 1] << 8 | raw[3 * i + 2];
+        for (int k = 0; k < 4; k++) b64[4 * i + k] = B64[(v >> (18 - 6 * k)) & 63];
+    }
+    b64[64] = 0;
+    const char *ph = TIDE_CONV_IMAGE_PLACEHOLDER;
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+             "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,%s\"}}]}]}", b64);
+    tide_api_req r = parse_ok(TIDE_API_CHAT, body);
+    assert_int_equal(r.conv.n_images, 1);
+    assert_int_equal(r.conv.images[0].n, 48);
+    assert_memory_equal(r.conv.images[0].data, raw, 48);
+    assert_non_null(strstr(r.conv.msgs[0].content, ph));
+    tide_prompt p;
+    tide_status st = {0};
+    assert_int_equal(tide_render(&r.conv, &p, &st), 0);
+    const char *at = strstr(p.text, ph);
+    assert_non_null(at);
+    for (size_t i = 0; i < p.n_plain; i++) /* the placeholder is markup, not client text */
+        assert_true((size_t)(at - p.text) + strlen(ph) <= p.plain[i].off ||
+                    p.plain[i].off + p.plain[i].len <= (size_t)(at - p.text));
+    tide_prompt_free(&p);
+    tide_api_req_free(&r);
+    snprintf(body, sizeof body, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
+             "\"image_url\":\"data:image/jpeg;base64,%s\"}]}]}", b64);
+    r = parse_ok(TIDE_API_RESPONSES, body);
+    assert_int_equal(r.conv.n_images, 1);
+    assert_memory_equal(r.conv.images[0].data, raw, 48);
+    tide_api_req_free(&r);
+    snprintf(body, sizeof body, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
+             "\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"%s\"}},{\"type\":\"text\","
+             "\"text\":\"b\"}]}]}", b64);
+    r = parse_ok(TIDE_API_MESSAGES, body);
+    assert_int_equal(r.conv.n_images, 1);
+    assert_memory_equal(r.conv.images[0].data, raw, 48);
+    tide_api_req_free(&r);
+
+    const tide_api_kind C = TIDE_API_CHAT, M = TIDE_API_MESSAGES;
+    expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                    "{\"url\":\"https://example.com/a.png\"}}]}]}", "messages[0].content[0].image_url.url",
+                 "no network access");
+    expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                    "{\"url\":\"data:image/png;base64,AB$C\"}}]}]}", "messages[0].content[0].image_url.url",
+                 "not valid base64 (at byte 2)");
+    expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                    "{\"url\":\"data:text/plain;base64,QUJD\"}}]}]}", "messages[0].content[0].image_url.url",
+                 "not an image");
+    expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                    "{\"url\":\"data:image/png,QUJD\"}}]}]}", "messages[0].content[0].image_url.url", "not base64");
+    expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":"
+                    "[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,QUJD\"}}]}]}",
+                 "messages[1].content[0]", "only in user messages");
+    /* a client's own placeholder next to a real image part */
+    expect_error(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"<\xef\xbd\x9c"
+                    "deepseek_image\xef\xbd\x9c>\"},{\"type\":\"image_url\",\"image_url\":{\"url\":"
+                    "\"data:image/png;base64,QUJD\"}}]}]}", "messages[0].content", "image placeholder");
+    expect_error(M, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":"
+                    "{\"type\":\"url\",\"url\":\"https://example.com/a.png\"}}]}]}",
+                 "messages[0].content[0].source.type", "no network access");
+    expect_error(M, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":"
+                    "{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"\"}}]}]}",
+                 "messages[0].content[0].source.data", "empty");
 }
 
 static void test_messages(void **state) {
@@ -293,8 +369,8 @@ static void test_messages(void **state) {
     tide_api_req_free(&r);
     const tide_api_kind M = TIDE_API_MESSAGES;
     expect_error(M, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
-                    "{\"type\":\"image\",\"source\":{}}]}]}", "messages[0].content[1]",
-                 "messages[0].content[1]: images are not supported yet");
+                    "{\"type\":\"image\",\"source\":{}}]}]}", "messages[0].content[1].source.type",
+                 "messages[0].content[1].source.type: expected \"base64\"");
     expect_error(M, "{\"messages\":[{\"role\":\"system\",\"content\":\"a\"}]}", "messages[0].role", "expected \"user\" or \"assistant\"");
     expect_error(M, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":1.5}", "temperature", "outside");
     expect_error(M, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"web_search_20250305\","
@@ -363,7 +439,7 @@ int main(void) {
         cmocka_unit_test(test_chat_fields),   cmocka_unit_test(test_chat_thinking),
         cmocka_unit_test(test_chat_tools_history), cmocka_unit_test(test_chat_errors),
         cmocka_unit_test(test_same_prompt_all_apis), cmocka_unit_test(test_responses),
-        cmocka_unit_test(test_messages),      cmocka_unit_test(test_release_rules),
+        cmocka_unit_test(test_messages),      cmocka_unit_test(test_images),      cmocka_unit_test(test_release_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

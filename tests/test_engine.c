@@ -417,7 +417,7 @@ static void test_bad_requests(void **state) {
     p[1] = -3;
     expect_reject(e, &r, "outside the vocabulary");
     p[1] = f->m->cfg.image_token_id;
-    expect_reject(e, &r, "vision is not supported yet");
+    expect_reject(e, &r, "outside an image's span");
     p[1] = 6;
     r.sampling.max_tokens = 0;
     expect_reject(e, &r, "max_tokens");

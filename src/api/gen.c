@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "constrain/constrain.h"
+#include "engine/engine.h"
 #include "text/render.h"
 
 /* ---- creation ---- */
@@ -58,6 +59,10 @@ int tide_gen_create(const tide_engine_config *cfg, const char *tokenizer, tide_g
         return -1;
     }
     g->vocab = (int32_t)tide_engine_vocab_size(g->e);
+    g->vision = tide_engine_vision(g->e);
+    g->image_token = g->vision ? tide_tokenizer_token_id(g->tok, TIDE_CONV_IMAGE_PLACEHOLDER,
+                                                         strlen(TIDE_CONV_IMAGE_PLACEHOLDER))
+                               : -1;
     g->context = tide_engine_context(g->e);
     if (find_stop_ids(g, st) != 0) {
         tide_gen_destroy(g);
@@ -247,6 +252,8 @@ int tide_gen_start(tide_gen_engine *g, tide_status *st) {
 }
 
 /* ---- from any thread ---- */
+
+void tide_gen_set_image_limits(tide_gen_engine *g, const tide_gen_image_limits *lim) { g->img_lim = *lim; }
 
 int tide_gen_submit(tide_gen_engine *g, const tide_gen_input *in, tide_gen_id *id, tide_status *st) {
     gen_session *s;

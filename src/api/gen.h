@@ -59,6 +59,16 @@
 typedef struct tide_gen_engine tide_gen_engine;
 typedef int64_t tide_gen_id; /* > 0, unique within a tide_gen_engine */
 
+/* Limits on a request's images (docs/vision.md; tide serve --max-images,
+ * --max-image-bytes, --max-image-pixels); 0 = the default. */
+typedef struct tide_gen_image_limits {
+    int max_images;        /* per request; default TIDE_GEN_MAX_IMAGES */
+    size_t max_bytes;      /* one image, encoded; default TIDE_IMAGE_MAX_BYTES */
+    int64_t max_pixels;    /* one image, decoded; default TIDE_IMAGE_MAX_PIXELS */
+} tide_gen_image_limits;
+#define TIDE_GEN_MAX_IMAGES 16
+void tide_gen_set_image_limits(tide_gen_engine *g, const tide_gen_image_limits *lim);
+
 /* The engine config's on_event / event_ctx are the generation layer's own
  * (a caller's are ignored). tokenizer: a tokenizer.json path, or NULL for
  * MODEL_DIR/tokenizer.json. */

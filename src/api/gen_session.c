@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "text/prompt_tok.h"
 #include "text/render.h"
+#include "vision/image.h"
 
 /* ---- building ---- */
 
@@ -49,9 +50,83 @@ static int prompt_ids(const tide_gen_engine *g, const tide_api_req *req, tide_to
     return rc;
 }
 
+/* The prompt's images (docs/vision.md): each image part's bytes decoded
+ * under the server's limits and planned, and the image token the renderer
+ * put for it expanded into the image's span (every position the image
+ * token: tide_image_plan_grid's length), the span's start recorded for the
+ * engine, which encodes the pixels at submit. Any failure is the client's
+ * (400). */
+typedef struct img_out {
+    tide_image *imgs;          /* [n_images] decoded */
+    tide_request_image *rimgs; /* [n_images] for the engine */
+    int n;                     /* decoded so far (to free) */
+} img_out;
+
+static void img_out_free(img_out *o) {
+    for (int i = 0; i < o->n; i++) tide_image_free(&o->imgs[i]);
+    free(o->imgs);
+    free(o->rimgs);
+    memset(o, 0, sizeof *o);
+}
+
+static int expand_images(const tide_gen_engine *g, const tide_conv *c, tide_tok_ids *ids, img_out *s,
+                         tide_status *st) {
+    const tide_gen_image_limits *L = &g->img_lim;
+    int max = L->max_images > 0 ? L->max_images : TIDE_GEN_MAX_IMAGES;
+    if (c->n_images == 0) return 0;
+    if (!g->vision || g->image_token < 0)
+        return tide_fail(st, TIDE_ERR_INVALID, "this model has no vision tower: image parts are not accepted");
+    if (c->n_images > (size_t)max)
+        return tide_fail(st, TIDE_ERR_INVALID, "%zu images: the server accepts at most %d per request", c->n_images,
+                         max);
+    s->imgs = calloc(c->n_images, sizeof *s->imgs);
+    s->rimgs = calloc(c->n_images, sizeof *s->rimgs);
+    if (!s->imgs || !s->rimgs) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+    tide_image_limits lim = {L->max_bytes, L->max_pixels};
+    int64_t extra = 0, len[TIDE_CONV_MAX_IMAGES];
+    for (size_t i = 0; i < c->n_images; i++) {
+        tide_status dst = {0};
+        tide_image_plan pl;
+        int rc = tide_image_decode(c->images[i].data, c->images[i].n, &lim, &s->imgs[i], &dst);
+        if (rc == 0) s->n = (int)i + 1; /* freed by the caller */
+        if (rc != 0 || tide_image_plan_grid(s->imgs[i].w, s->imgs[i].h, g->vision, &pl, &dst) != 0)
+            /* over the limits is TIDE_ERR_NOMEM there: still the client's */
+            return tide_fail(st, TIDE_ERR_INVALID, "image %zu: %s", i, dst.msg);
+        len[i] = tide_image_span_len(&pl);
+        extra += len[i] - 1;
+    }
+    size_t found = 0;
+    for (size_t t = 0; t < ids->n; t++) found += ids->ids[t] == g->image_token;
+    if (found != c->n_images)
+        return tide_fail(st, TIDE_ERR_INTERNAL, "the prompt holds %zu image tokens for %zu images", found,
+                         c->n_images);
+    int32_t *out = malloc((ids->n + (size_t)extra) * sizeof *out);
+    if (!out) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
+    size_t at = 0, k = 0;
+    for (size_t t = 0; t < ids->n; t++) {
+        if (ids->ids[t] != g->image_token) {
+            out[at++] = ids->ids[t];
+            continue;
+        }
+        s->rimgs[k] = (tide_request_image){(int64_t)at, s->imgs[k].w, s->imgs[k].h, s->imgs[k].rgb};
+        for (int64_t j = 0; j < len[k]; j++) out[at++] = g->image_token;
+        k++;
+    }
+    free(ids->ids);
+    ids->ids = out;
+    ids->n = ids->cap = at;
+    return 0;
+}
+
 int tide_gen_prompt_ids(const tide_gen_engine *g, const tide_api_req *req, tide_tok_ids *ids, int *in_reasoning,
                         tide_status *st) {
-    return prompt_ids(g, req, ids, in_reasoning, st);
+    if (prompt_ids(g, req, ids, in_reasoning, st) != 0) return -1;
+    if (req->kind == TIDE_API_COMPLETIONS || req->conv.n_images == 0) return 0;
+    /* the spans as the engine will see them (/tokenize, count_tokens) */
+    img_out o = {0};
+    int rc = expand_images(g, &req->conv, ids, &o, st);
+    img_out_free(&o);
+    return rc;
 }
 
 /* The sampler's parameters from the request's settings; the arrays are the
@@ -210,6 +285,16 @@ int tide_gen_session_new(tide_gen_engine *g, const tide_gen_input *in, gen_sessi
         goto done;
     }
     if (prompt_ids(g, in->req, &ids, &in_reasoning, st) != 0) goto done;
+    if (in->req->kind != TIDE_API_COMPLETIONS && in->req->conv.n_images > 0) {
+        img_out o = {0};
+        rc = expand_images(g, &in->req->conv, &ids, &o, st);
+        s->imgs = o.imgs, s->rimgs = o.rimgs, s->n_imgs = o.n; /* the session owns them */
+        if (rc != 0) {
+            rc = -1;
+            goto done;
+        }
+        rc = -1;
+    }
     if (ids.n == 0) {
         tide_fail(st, TIDE_ERR_INVALID, "the prompt is empty");
         goto done;
@@ -248,6 +333,9 @@ void tide_gen_session_free(gen_session *s) {
     free(s->ch);
     free(s->error);
     free(s->prompt);
+    for (int i = 0; i < s->n_imgs; i++) tide_image_free(&s->imgs[i]);
+    free(s->imgs);
+    free(s->rimgs);
     free(s->bias);
     free(s->stop_ids);
     tide_cons_grammar_unref(s->cgram);
@@ -267,6 +355,8 @@ int tide_gen_session_submit(gen_session *s, tide_status *st) {
         r.has_seed = s->has_seed;
         r.cache_salt = s->cache_salt;
         r.kv_class = s->kv_class;
+        r.images = s->rimgs;
+        r.n_images = s->n_imgs;
         r.user = &s->ch[i];
         if (s->cgram) {
             if (tide_cons_new(s->cgram, s->g->cvocab, &r.constraint, st) != 0) {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "api/gen.h"
+#include "model/config.h"
 
 typedef struct gen_session gen_session;
 
@@ -51,6 +52,9 @@ struct gen_session {
     struct tide_cons_grammar *cgram; /* the output constraint (NULL none) */
     int32_t cgate;          /* it applies after this token (</think>), -1 from the start */
     double t_engine;        /* tide_now_seconds() when given to the engine */
+    struct tide_image *imgs; /* the prompt's images, decoded (the engine encodes them at submit) */
+    tide_request_image *rimgs;
+    int n_imgs;
 };
 
 struct tide_gen_engine {
@@ -80,6 +84,11 @@ struct tide_gen_engine {
     pthread_mutex_t cmu;
     struct tide_cons_vocab *cvocab;
     struct tide_cons_cache *ccache;
+    /* images (docs/vision.md): the tower's config (NULL: none), the image
+     * token, the server's limits (tide_gen_set_image_limits) */
+    const tide_vision_config *vision;
+    int32_t image_token;
+    tide_gen_image_limits img_lim;
 };
 
 /* Builds a session from the input: renders, tokenizes, checks, creates the

@@ -9,19 +9,21 @@
 #include "text/pyjson.h"
 #include "text/sbuf.h"
 
-/* One content part: only text; images are refused as not supported yet. */
-static int read_part(json_t *part, const char *p, const char **text, tide_api_err *err) {
+/* One content part: text, or an image (user messages). */
+static int read_part(tide_api_req *req, json_t *part, const char *p, const char **text, tide_api_err *err) {
     static const char *const TEXT[] = {"text", NULL}, *const IMAGE[] = {"image_url", "image", "input_image", NULL};
-    return tide_openai_text_part(part, p, TEXT, IMAGE, text, err);
+    return tide_openai_text_part(req, part, p, TEXT, IMAGE, text, err);
 }
 
-/* Content: a string, null (when allowed) or an array of text parts. */
-static int read_content(json_t *v, const char *path, int allow_null, tide_sb *out, tide_api_err *err) {
+/* Content: a string, null (when allowed) or an array of parts (images only
+ * when req is given). */
+static int read_content(tide_api_req *req, json_t *v, const char *path, int allow_null, tide_sb *out,
+                        tide_api_err *err) {
     if (!v || json_is_null(v)) {
         if (allow_null) return 0;
         return tide_api_bad(err, path, "required");
     }
-    return tide_read_text_parts(v, path, read_part, out, err);
+    return tide_read_text_parts(req, v, path, read_part, out, err);
 }
 
 static int read_calls(tide_api_req *req, json_t *calls, const char *path, tide_api_err *err) {
@@ -80,7 +82,8 @@ static int read_message(tide_api_req *req, json_t *m, const char *path, tide_api
     tide_sb_init(&text);
     /* null content: an assistant's (with tool calls) or a system message's
      * reads as empty, as in the release's encoder. */
-    int rc = read_content(json_object_get(m, "content"), tide_path_key(p, sizeof p, path, "content"),
+    int rc = read_content(r == TIDE_ROLE_USER ? req : NULL, json_object_get(m, "content"),
+                          tide_path_key(p, sizeof p, path, "content"),
                           r == TIDE_ROLE_ASSISTANT || r == TIDE_ROLE_SYSTEM, &text, err);
     if (!rc && tide_sb_check(&text, "reading content", &err->st)) rc = -1;
     if (!rc) rc = tide_api_conv_add(req, r, text.s, text.len, tide_path_key(p, sizeof p, path, "content"), err);

@@ -7,7 +7,8 @@
 
 #include "api/jfield.h"
 
-int tide_read_text_parts(json_t *v, const char *path, tide_text_part_fn part, tide_sb *out, tide_api_err *err) {
+int tide_read_text_parts(tide_api_req *req, json_t *v, const char *path, tide_text_part_fn part, tide_sb *out,
+                         tide_api_err *err) {
     if (json_is_string(v)) {
         tide_sb_addn(out, json_string_value(v), json_string_length(v));
         return 0;
@@ -20,7 +21,7 @@ int tide_read_text_parts(json_t *v, const char *path, tide_text_part_fn part, ti
         tide_path_idx(p, sizeof p, path, i);
         const char *text = NULL;
         if (!json_is_object(x)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(x));
-        if (part(x, p, &text, err)) return -1;
+        if (part(req, x, p, &text, err)) return -1;
         if (i) tide_sb_add(out, "\n\n");
         tide_sb_add(out, text);
     }
@@ -33,13 +34,34 @@ static int listed(const char *s, const char *const *list) {
     return 0;
 }
 
-int tide_openai_text_part(json_t *part, const char *p, const char *const *text_types,
+int tide_openai_text_part(tide_api_req *req, json_t *part, const char *p, const char *const *text_types,
                           const char *const *image_types, const char **text, tide_api_err *err) {
     const char *type = NULL;
     char q[160];
     if (tide_get_string(part, "type", p, &type, err)) return -1;
     if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
-    if (listed(type, image_types)) return tide_api_unsupported(err, p, "images are not supported yet");
+    if (listed(type, image_types)) {
+        if (!req) return tide_api_unsupported(err, p, "images are accepted only in user messages");
+        /* chat: {"image_url": {"url": ...}}; responses: {"image_url": "..."} */
+        json_t *u = json_object_get(part, "image_url");
+        tide_path_key(q, sizeof q, p, "image_url");
+        if (json_is_object(u)) {
+            char r[160];
+            const char *url = NULL;
+            if (tide_get_string(u, "url", q, &url, err)) return -1;
+            if (!url) return tide_api_bad(err, tide_path_key(r, sizeof r, q, "url"), "required");
+            if (tide_api_image_url(req, url, tide_path_key(r, sizeof r, q, "url"), err)) return -1;
+        } else if (json_is_string(u)) {
+            if (tide_api_image_url(req, json_string_value(u), q, err)) return -1;
+        } else if (!u) {
+            return tide_api_bad(err, q, json_object_get(part, "file_id") ? "file ids are not supported (no file "
+                                "store): send the image as a data: URL" : "required");
+        } else {
+            return tide_api_bad(err, q, "expected string or object, got %s", tide_json_type_name(u));
+        }
+        *text = TIDE_CONV_IMAGE_PLACEHOLDER;
+        return 0;
+    }
     if (!listed(type, text_types))
         return tide_api_unsupported(err, tide_path_key(q, sizeof q, p, "type"),
                                     "content part type \"%.40s\" is not supported", type);

@@ -12,19 +12,30 @@
 #include "text/sbuf.h"
 
 /* Checks one content part (an object, at `path`) and gives its text. Each
- * API has its own part types and order of checks. */
-typedef int (*tide_text_part_fn)(json_t *part, const char *path, const char **text, tide_api_err *err);
+ * API has its own part types and order of checks. req: where image parts
+ * go (their text is then the image placeholder); NULL where the field
+ * takes no images. */
+typedef int (*tide_text_part_fn)(tide_api_req *req, json_t *part, const char *path, const char **text,
+                                 tide_api_err *err);
 
-/* The OpenAI APIs' part check: "type" required, an image type refused as
- * not supported yet, any other type not in text_types refused as not
- * supported, then "text" required. Both lists end with NULL. */
-int tide_openai_text_part(json_t *part, const char *path, const char *const *text_types,
+/* The OpenAI APIs' part check: "type" required, an image type read as an
+ * image (req non-NULL: its "image_url", a string or an object with "url",
+ * must be a data: URL) or refused, any other type not in text_types refused
+ * as not supported, then "text" required. Both lists end with NULL. */
+int tide_openai_text_part(tide_api_req *req, json_t *part, const char *path, const char *const *text_types,
                           const char *const *image_types, const char **text, tide_api_err *err);
 
 /* Text of a content field: a string as is, or an array of parts (each
  * checked by `part`) joined with blank lines, the reference encoder's rule
  * for content blocks. Appends to out. */
-int tide_read_text_parts(json_t *v, const char *path, tide_text_part_fn part, tide_sb *out, tide_api_err *err);
+int tide_read_text_parts(tide_api_req *req, json_t *v, const char *path, tide_text_part_fn part, tide_sb *out,
+                         tide_api_err *err);
+
+/* Image parts (req_image.c): an image's bytes from a data: URL or from
+ * base64 into req's conversation (tide_conv_add_image), for the next
+ * message; remote URLs and bad base64 refused. */
+int tide_api_image_url(tide_api_req *req, const char *url, const char *path, tide_api_err *err);
+int tide_api_image_b64(tide_api_req *req, const char *b64, size_t n, const char *path, tide_api_err *err);
 
 /* Adds a turn to the conversation; a refusal names `path`. */
 int tide_api_conv_add(tide_api_req *req, tide_role r, const char *s, size_t n, const char *path, tide_api_err *err);

@@ -12,12 +12,37 @@
 
 static int is_image(const char *type) { return !strcmp(type, "image") || !strcmp(type, "document"); }
 
+/* An image block's source: {"type": "base64", "media_type": "image/...",
+ * "data": ...}; a "url" source is refused (no network). */
+static int read_image(tide_api_req *req, json_t *b, const char *p, tide_api_err *err) {
+    char q[160], r[160];
+    json_t *src;
+    const char *type = NULL, *media = NULL, *data = NULL;
+    if (tide_get_object(b, "source", p, &src, err)) return -1;
+    tide_path_key(q, sizeof q, p, "source");
+    if (!src) return tide_api_bad(err, q, "required");
+    if (tide_get_string(src, "type", q, &type, err) || tide_get_string(src, "media_type", q, &media, err)) return -1;
+    if (type && !strcmp(type, "url"))
+        return tide_api_bad(err, tide_path_key(r, sizeof r, q, "type"),
+                            "remote image URLs are not fetched: this server has no network access; send the image "
+                            "as a base64 source");
+    if (!type || strcmp(type, "base64") != 0)
+        return tide_api_bad(err, tide_path_key(r, sizeof r, q, "type"), "expected \"base64\"");
+    if (!media || strncmp(media, "image/", 6) != 0)
+        return tide_api_bad(err, tide_path_key(r, sizeof r, q, "media_type"), "expected an image media type");
+    json_t *d = json_object_get(src, "data");
+    if (!json_is_string(d)) return tide_api_bad(err, tide_path_key(r, sizeof r, q, "data"), "expected string");
+    data = json_string_value(d);
+    return tide_api_image_b64(req, data, json_string_length(d), tide_path_key(r, sizeof r, q, "data"), err);
+}
+
 /* One text block (the only kind allowed in system prompts and tool results). */
-static int read_text_block(json_t *b, const char *p, const char **text, tide_api_err *err) {
+static int read_text_block(tide_api_req *req, json_t *b, const char *p, const char **text, tide_api_err *err) {
+    (void)req;
     const char *type = NULL;
     char q[160];
     if (tide_get_string(b, "type", p, &type, err) || tide_get_string(b, "text", p, text, err)) return -1;
-    if (type && is_image(type)) return tide_api_unsupported(err, p, "images are not supported yet");
+    if (type && is_image(type)) return tide_api_unsupported(err, p, "images are accepted only in user messages");
     if (!type || strcmp(type, "text") != 0)
         return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "expected \"text\"");
     if (!*text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");
@@ -26,7 +51,7 @@ static int read_text_block(json_t *b, const char *p, const char **text, tide_api
 
 /* A string or an array of text blocks, joined with blank lines. */
 static int read_text_blocks(json_t *v, const char *path, tide_sb *out, tide_api_err *err) {
-    return tide_read_text_parts(v, path, read_text_block, out, err);
+    return tide_read_text_parts(NULL, v, path, read_text_block, out, err);
 }
 
 static int read_user(tide_api_req *req, json_t *content, const char *path, tide_api_err *err) {
@@ -42,8 +67,13 @@ static int read_user(tide_api_req *req, json_t *content, const char *path, tide_
         if (!json_is_object(b)) return tide_api_bad(err, p, "expected object, got %s", tide_json_type_name(b));
         if (tide_get_string(b, "type", p, &type, err)) return -1;
         if (!type) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "type"), "required");
-        if (is_image(type)) return tide_api_unsupported(err, p, "images are not supported yet");
-        if (!strcmp(type, "text")) {
+        if (!strcmp(type, "document")) return tide_api_unsupported(err, p, "documents are not supported");
+        if (!strcmp(type, "image")) {
+            if (read_image(req, b, p, err) ||
+                tide_api_conv_add(req, TIDE_ROLE_USER, TIDE_CONV_IMAGE_PLACEHOLDER, strlen(TIDE_CONV_IMAGE_PLACEHOLDER),
+                                  p, err))
+                return -1;
+        } else if (!strcmp(type, "text")) {
             const char *text = NULL;
             if (tide_get_string(b, "text", p, &text, err)) return -1;
             if (!text) return tide_api_bad(err, tide_path_key(q, sizeof q, p, "text"), "required");

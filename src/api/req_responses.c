@@ -12,15 +12,16 @@
 #include "text/sbuf.h"
 
 /* One content part: input, output, reasoning or summary text. */
-static int read_part(json_t *part, const char *p, const char **text, tide_api_err *err) {
+static int read_part(tide_api_req *req, json_t *part, const char *p, const char **text, tide_api_err *err) {
     static const char *const TEXT[] = {"input_text", "output_text", "text", "reasoning_text", "summary_text", NULL},
                              *const IMAGE[] = {"input_image", "image_url", NULL};
-    return tide_openai_text_part(part, p, TEXT, IMAGE, text, err);
+    return tide_openai_text_part(req, part, p, TEXT, IMAGE, text, err);
 }
 
-/* Text of a content field: a string or an array of text parts. */
-static int read_parts(json_t *v, const char *path, tide_sb *out, tide_api_err *err) {
-    return tide_read_text_parts(v, path, read_part, out, err);
+/* Text of a content field: a string or an array of parts (images only when
+ * req is given). */
+static int read_parts(tide_api_req *req, json_t *v, const char *path, tide_sb *out, tide_api_err *err) {
+    return tide_read_text_parts(req, v, path, read_part, out, err);
 }
 
 /* The open assistant turn: the last message, when it is an assistant's
@@ -63,12 +64,13 @@ static int read_item(tide_api_req *req, json_t *it, const char *path, tide_api_e
         else return tide_api_bad(err, tide_path_key(p, sizeof p, path, "role"), "unknown role \"%.32s\"", role);
         json_t *content = json_object_get(it, "content");
         if (!content) return tide_api_bad(err, tide_path_key(p, sizeof p, path, "content"), "required");
-        rc = read_parts(content, tide_path_key(p, sizeof p, path, "content"), &text, err);
+        rc = read_parts(r == TIDE_ROLE_USER ? req : NULL, content, tide_path_key(p, sizeof p, path, "content"), &text,
+                        err);
         if (!rc) rc = add_text(req, r, &text, p, err);
     } else if (!strcmp(type, "reasoning")) {
         json_t *content = json_object_get(it, "content"), *summary = json_object_get(it, "summary");
-        if (content && !json_is_null(content)) rc = read_parts(content, tide_path_key(p, sizeof p, path, "content"), &text, err);
-        else if (summary) rc = read_parts(summary, tide_path_key(p, sizeof p, path, "summary"), &text, err);
+        if (content && !json_is_null(content)) rc = read_parts(NULL, content, tide_path_key(p, sizeof p, path, "content"), &text, err);
+        else if (summary) rc = read_parts(NULL, summary, tide_path_key(p, sizeof p, path, "summary"), &text, err);
         if (!rc && tide_sb_check(&text, "reading input", &err->st)) rc = -1;
         if (!rc) rc = tide_api_conv_add(req, TIDE_ROLE_ASSISTANT, "", 0, path, err);
         if (!rc && tide_conv_set_reasoning(&req->conv, text.s ? text.s : "", text.len, &err->st)) rc = -1;
@@ -86,7 +88,7 @@ static int read_item(tide_api_req *req, json_t *it, const char *path, tide_api_e
         json_t *out = json_object_get(it, "output");
         if (tide_get_string(it, "call_id", path, &call_id, err)) return -1;
         if (!out) return tide_api_bad(err, tide_path_key(p, sizeof p, path, "output"), "required");
-        rc = read_parts(out, tide_path_key(p, sizeof p, path, "output"), &text, err);
+        rc = read_parts(NULL, out, tide_path_key(p, sizeof p, path, "output"), &text, err);
         if (!rc) rc = add_text(req, TIDE_ROLE_TOOL, &text, p, err);
         if (!rc && call_id && tide_conv_set_call_id(&req->conv, call_id, &err->st)) rc = -1;
     } else {

@@ -15,6 +15,8 @@
 #include "cli/kv_cli.h"
 #include "engine/spec.h"
 #include "serve/serve.h"
+#include "text/conv.h"
+#include "vision/image.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -41,6 +43,9 @@ static void usage(FILE *f) {
             "  --tokenizer FILE     tokenizer.json (default DIR/tokenizer.json)\n"
             "  --max-body BYTES     request body limit, 413 beyond (default 33554432)\n"
             "  --max-prompt N       prompt tokens at most, 400 beyond (default: the context)\n"
+            "  --max-images N       images per request, 400 beyond (default 16; a vision checkpoint)\n"
+            "  --max-image-bytes N  one image's encoded bytes at most (default 20971520)\n"
+            "  --max-image-pixels N one image's decoded pixels at most (default 50000000)\n"
             "  --max-seqs N         requests running at once (default 64)\n"
             "  --max-queue N        requests accepted beyond those, 429 beyond (default 256)\n"
             "  --timeout S          a request running longer is ended (default 600)\n"
@@ -129,6 +134,15 @@ static int parse(int argc, char **argv, serve_opts *o) {
         } else if (!strcmp(a, "--max-body")) {
             if (num(a, v, 1, 1 << 30, &x)) return -1;
             c->max_body = (size_t)x;
+        } else if (!strcmp(a, "--max-images")) {
+            if (num(a, v, 1, TIDE_CONV_MAX_IMAGES, &x)) return -1;
+            c->max_images = (int)x;
+        } else if (!strcmp(a, "--max-image-bytes")) {
+            if (num(a, v, 1, (double)TIDE_IMAGE_MAX_BYTES, &x)) return -1;
+            c->max_image_bytes = (size_t)x;
+        } else if (!strcmp(a, "--max-image-pixels")) {
+            if (num(a, v, 1, (double)TIDE_IMAGE_MAX_PIXELS, &x)) return -1;
+            c->max_image_pixels = (int64_t)x;
         } else if (!strcmp(a, "--max-prompt")) {
             if (num(a, v, 1, 1e12, &x)) return -1;
             c->max_prompt = (int64_t)x;

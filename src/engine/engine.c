@@ -51,6 +51,7 @@
 #include "model/forward.h"
 #include "model/gen_config.h"
 #include "model/model.h"
+#include "vision/vision.h"
 
 struct tide_engine {
     tide_engine_config cfg;
@@ -115,6 +116,15 @@ struct tide_engine {
     tide_sample_result *rres; /* [max_seqs] one sampling round */
     tide_engine_draft_fn draft_hook;
     void *draft_ctx;
+    /* images (docs/vision.md): the tower, when the model has one; the
+     * flight's image spans by item, and its span rows by fed row */
+    int has_vision;
+    tide_vision vis;
+    tide_step_image *imgs;    /* [max_seqs] */
+    int8_t *img_types;        /* [img_cap] */
+    float *img_rows;          /* [img_cap][hidden] */
+    int64_t img_cap;
+    int n_img;                /* items of the flight with span positions */
     int64_t spec_steps, spec_seq_steps, spec_drafted, spec_verified, spec_accepted;
     double draft_s;
 };
@@ -389,6 +399,15 @@ static int create(const tide_engine_config *cfg, const tide_model *borrowed, tid
         e->spec_k = cfg->spec_k < e->block ? cfg->spec_k : e->block;
     }
     if (alloc_buffers(e, st) != 0) goto fail;
+    if (e->m->cfg.vision.num_hidden_layers > 0) {
+        if (tide_vision_bind(&e->vis, &e->m->cfg, e->m->ck, st) != 0) goto fail;
+        e->has_vision = 1;
+        e->imgs = calloc((size_t)cfg->max_seqs, sizeof *e->imgs);
+        if (!e->imgs) {
+            tide_fail(st, TIDE_ERR_NOMEM, "out of memory (image spans)");
+            goto fail;
+        }
+    }
     if (e->spec) spec_profile(e);
     /* the overlap's forward thread; without one the passes run inline */
     if (cfg->overlap && pthread_mutex_init(&e->mu, NULL) == 0) {
@@ -459,12 +478,20 @@ void tide_engine_destroy(tide_engine *e) {
     free(e->dj_item);
     free(e->d_logits);
     free(e->dsp_in);
+    if (e->has_vision) tide_vision_free(&e->vis);
+    free(e->imgs);
+    free(e->img_types);
+    free(e->img_rows);
     tide_fwd_ctx_free(e->fx);
     tide_model_free(e->own_model);
     free(e);
 }
 
 int64_t tide_engine_vocab_size(const tide_engine *e) { return e->vocab; }
+
+const tide_vision_config *tide_engine_vision(const tide_engine *e) {
+    return e->has_vision ? &e->m->cfg.vision : NULL;
+}
 
 int64_t tide_engine_context(const tide_engine *e) { return e->m->cfg.text.max_position_embeddings; }
 
@@ -483,12 +510,40 @@ static tide_req *find(const tide_engine *e, tide_request_id id) {
     return lo < e->n_all && e->all[lo]->id == id ? e->all[lo] : NULL;
 }
 
+/* A request's images through the tower, once, at submit (nothing is in
+ * flight between engine calls, so the pool and the ops are free): each
+ * span's input rows into q->img_rows (docs/vision.md). The pixels are not
+ * kept. */
+static int encode_images(tide_engine *e, const tide_request *r, tide_req *q, tide_status *st) {
+    int64_t D = e->m->cfg.text.hidden_size, p = e->m->cfg.vision.patch_size;
+    const tide_ops *ops = e->cfg.ops ? e->cfg.ops : tide_cpu_ops();
+    q->img_rows = malloc((size_t)q->n_img_rows * (size_t)D * sizeof *q->img_rows);
+    if (!q->img_rows) return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory (%lld image rows)",
+                                       (long long)q->n_img_rows);
+    for (int i = 0; i < r->n_images; i++) {
+        const tide_request_image *ri = &r->images[i];
+        tide_image im = {ri->w, ri->h, (uint8_t *)ri->rgb};
+        tide_image_plan pl;
+        if (tide_image_plan_grid(ri->w, ri->h, &e->m->cfg.vision, &pl, st) != 0) return -1;
+        float *patches = malloc((size_t)(pl.n_vit_h * pl.n_vit_w * 3 * p * p) * sizeof *patches);
+        if (!patches) return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory (image %d's patches)", i);
+        int rc = tide_image_patches(&im, &pl, p, patches, st);
+        if (rc == 0)
+            rc = tide_vision_span_embeds(&e->vis, ops, tide_fwd_pool(e->fx), patches, &pl,
+                                         q->img_rows + (int64_t)q->img_row[ri->pos] * D, st);
+        free(patches);
+        if (rc != 0) return tide_fail_ctx(st, "request: image %d", i);
+    }
+    return 0;
+}
+
 int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *id, tide_status *st) {
     if (id) *id = 0;
     if (!tide_engine_busy(e)) e->fwd_end = -1; /* idle until now: no gap to measure */
     uint64_t seed = tide_rng_derive_seed(e->cfg.seed, (uint64_t)e->next_id);
     tide_req *q;
-    const tide_req_model rm = {e->vocab, (int32_t)e->m->cfg.image_token_id, e->m->cfg.text.max_position_embeddings,
+    const tide_req_model rm = {e->vocab, (int32_t)e->m->cfg.image_token_id,
+                               e->has_vision ? &e->m->cfg.vision : NULL, e->m->cfg.text.max_position_embeddings,
                                e->gen.eos, e->gen.n_eos};
     if (r && r->constraint && tide_cons_vocab_size_of(r->constraint) != e->vocab) {
         int n = (int)tide_cons_vocab_size_of(r->constraint);
@@ -498,6 +553,10 @@ int tide_engine_submit(tide_engine *e, const tide_request *r, tide_request_id *i
     }
     if (tide_req_create(r, &rm, seed, &q, st) != 0) {
         if (r) tide_cons_free(r->constraint);
+        return -1;
+    }
+    if (q->n_img_rows > 0 && encode_images(e, r, q, st) != 0) {
+        tide_req_free(q);
         return -1;
     }
     /* the last token is never fed, so the cache holds n_prompt + max_tokens - 1 positions */
@@ -914,7 +973,7 @@ static void step_prepare(tide_engine *e) {
 static void run_forward(tide_engine *e) {
     tide_step_out out = {e->logits, e->spec ? e->dsp_in : NULL};
     if (e->fault && e->fault(e->fault_ctx, e->users, e->n_seqs, &e->fst) != 0) e->frc = -1;
-    else e->frc = tide_forward(e->fx, e->seqs, e->n_seqs, &out, &e->fst);
+    else e->frc = tide_forward_images(e->fx, e->seqs, e->n_seqs, e->n_img ? e->imgs : NULL, &out, &e->fst);
     /* a backend's device error (sticky: every later pass fails too) fails
      * the pass's requests like any failed pass */
     const tide_ops *ops = e->cfg.ops;
@@ -947,6 +1006,47 @@ static void forward_wait(tide_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The flight's image spans: for every item whose chunk holds span
+ * positions, their types and input rows (the request's, by position), so a
+ * span may be split across chunks (the forward pass's rows are
+ * independent) and a recompute or a bounded replay feeds them again. */
+static void flight_images(tide_engine *e, const tide_sched_plan *f) {
+    int64_t D = e->m->cfg.text.hidden_size, row = 0, need = 0;
+    e->n_img = 0;
+    for (int i = 0; i < f->n_items; i++) {
+        const tide_sched_item *it = &f->items[i];
+        if (it->req->img_types && it->pos < it->req->n_prompt) need += it->n_tokens;
+    }
+    if (need > e->img_cap) {
+        int8_t *t = realloc(e->img_types, (size_t)need);
+        if (t) e->img_types = t;
+        float *r = t ? realloc(e->img_rows, (size_t)(need * D) * sizeof *r) : NULL;
+        if (!r) abort(); /* out of memory: as the step's other buffers (grow) */
+        e->img_rows = r;
+        e->img_cap = need;
+    }
+    for (int i = 0; i < f->n_items; i++) {
+        const tide_sched_item *it = &f->items[i];
+        const tide_req *q = it->req;
+        e->imgs[i] = (tide_step_image){NULL, NULL};
+        if (!q->img_types || it->pos >= q->n_prompt) continue;
+        int8_t *ty = e->img_types + row;
+        float *rw = e->img_rows + row * D;
+        int any = 0;
+        for (int64_t t = 0; t < it->n_tokens; t++) {
+            int64_t at = it->pos + t;
+            ty[t] = at < q->n_prompt ? q->img_types[at] : -1;
+            if (ty[t] < 0) continue;
+            memcpy(rw + t * D, q->img_rows + (int64_t)q->img_row[at] * D, (size_t)D * sizeof *rw);
+            any = 1;
+        }
+        row += it->n_tokens;
+        if (!any) continue;
+        e->imgs[i] = (tide_step_image){ty, rw};
+        e->n_img++;
+    }
+}
+
 /* Launch: the host side first (the batch's KV blocks are reserved, so the
  * pass leaves the pool's free list alone; the plan becomes the flight and
  * its descriptors are built), then the pass: on the forward thread when
@@ -974,6 +1074,7 @@ static int step_launch(tide_engine *e) {
         e->users[i] = q->user;
     }
     e->n_seqs = f->n_items;
+    if (e->has_vision) flight_images(e, f);
     if (e->thread_on) {
         pthread_mutex_lock(&e->mu);
         e->job = 1;

@@ -29,6 +29,10 @@ typedef void (*tide_engine_draft_fn)(void *ctx, void *user, const int32_t *token
                                      float *conf, int n);
 void tide_engine_set_draft_hook(tide_engine *e, tide_engine_draft_fn fn, void *ctx);
 
+/* The vision tower's configuration, NULL when the model has none (images
+ * are then refused). */
+const tide_vision_config *tide_engine_vision(const tide_engine *e);
+
 /* Checks the KV pool's and the prefix cache's reference counts against
  * their holders (tide_sched_check). For tests. */
 int tide_engine_check(const tide_engine *e, tide_status *st);

@@ -8,8 +8,10 @@
 #include <string.h>
 
 #include "cache/kvstore.h"
+#include "cache/prefix.h"
+#include "vision/image.h"
 
-static int check(const tide_request *r, int64_t vocab, int32_t image_token, int64_t max_len,
+static int check(const tide_request *r, int64_t vocab, int32_t image_token, int64_t max_len, const int8_t *types,
                  tide_status *st) {
     if (!r->prompt || r->n_prompt < 1)
         return tide_fail(st, TIDE_ERR_INVALID, "request: the prompt is empty (need at least one token id)");
@@ -22,9 +24,11 @@ static int check(const tide_request *r, int64_t vocab, int32_t image_token, int6
             return tide_fail(st, TIDE_ERR_INVALID,
                              "request: prompt token %lld: id %d is outside the vocabulary (0..%lld)",
                              (long long)i, t, (long long)(vocab - 1));
-        if (image_token >= 0 && t == image_token)
-            return tide_fail(st, TIDE_ERR_UNSUPPORTED,
-                             "request: prompt token %lld is the image token %d: vision is not supported yet",
+        if (image_token >= 0 && (t == image_token) != (types && types[i] >= 0))
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             t == image_token
+                                 ? "request: prompt token %lld is the image token %d outside an image's span"
+                                 : "request: prompt token %lld is %d inside an image's span (the image token expected)",
                              (long long)i, t);
     }
     if (r->sampling.max_tokens < 1)
@@ -63,15 +67,79 @@ static int32_t *stop_list(const tide_request *r, const tide_req_model *m, int32_
     return s;
 }
 
+/* The image spans of r: q's img_types and img_row (rows counted in
+ * n_img_rows, allocated by the engine) and its prefix-cache keys for the
+ * prompt. Each image's span is its plan's (image.h), in prompt order. */
+static int image_spans(const tide_request *r, const tide_req_model *m, tide_req *q, tide_status *st) {
+    if (r->n_images < 0 || (r->n_images > 0 && !r->images))
+        return tide_fail(st, TIDE_ERR_INVALID, "request: %d images with no array", r->n_images);
+    if (!m->vision || m->image_token < 0)
+        return tide_fail(st, TIDE_ERR_UNSUPPORTED, "request: the model has no vision tower: images are not accepted");
+    size_t n = (size_t)r->n_prompt;
+    q->img_types = malloc(n);
+    q->img_row = malloc(n * sizeof *q->img_row);
+    q->keys = malloc((size_t)q->cap_tokens * sizeof *q->keys);
+    if (!q->img_types || !q->img_row || !q->keys) return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory");
+    memset(q->img_types, 0xff, n); /* -1: text */
+    memcpy(q->keys, r->prompt, n * sizeof *q->keys);
+    int64_t end = 0, rows = 0;
+    for (int i = 0; i < r->n_images; i++) {
+        const tide_request_image *im = &r->images[i];
+        tide_image_plan pl;
+        if (!im->rgb || im->w < 1 || im->h < 1)
+            return tide_fail(st, TIDE_ERR_INVALID, "request: image %d has no pixels", i);
+        if (tide_image_plan_grid(im->w, im->h, m->vision, &pl, st) != 0)
+            return tide_fail_ctx(st, "request: image %d", i);
+        int64_t len = tide_image_span_len(&pl);
+        if (im->pos < end || im->pos > r->n_prompt - len)
+            return tide_fail(st, TIDE_ERR_INVALID,
+                             "request: image %d's span [%lld, %lld) is outside the prompt (%lld tokens) or overlaps "
+                             "the previous image's (images in prompt order)",
+                             i, (long long)im->pos, (long long)(im->pos + len), (long long)r->n_prompt);
+        tide_image_span_types(&pl, q->img_types + im->pos);
+        /* the pixels' hash (and size), then one key per span position */
+        uint64_t h = tide_prefix_root(((uint64_t)(uint32_t)im->w << 32) | (uint32_t)im->h);
+        size_t nb = (size_t)im->w * (size_t)im->h * 3, whole = nb / 4;
+        for (size_t o = 0; o < whole;) {
+            int32_t chunk[4096];
+            size_t k = whole - o < 4096 ? whole - o : 4096;
+            memcpy(chunk, im->rgb + 4 * o, 4 * k);
+            h = tide_prefix_page_hash(h, chunk, (int32_t)k);
+            o += k;
+        }
+        int32_t tail = 0;
+        memcpy(&tail, im->rgb + 4 * whole, nb - 4 * whole);
+        h = tide_prefix_page_hash(h, &tail, 1);
+        for (int64_t j = 0; j < len; j++) {
+            int32_t at = (int32_t)j;
+            q->keys[im->pos + j] = (int32_t)(0x80000000u | (uint32_t)tide_prefix_page_hash(h, &at, 1));
+            q->img_row[im->pos + j] = (int32_t)rows++;
+        }
+        end = im->pos + len;
+    }
+    q->n_img_rows = rows;
+    return 0;
+}
+
 int tide_req_create(const tide_request *r, const tide_req_model *m, uint64_t seed, tide_req **out,
                     tide_status *st) {
     *out = NULL;
     if (!r) return tide_fail(st, TIDE_ERR_INVALID, "request: NULL");
-    if (check(r, m->vocab, m->image_token, m->max_len, st) != 0) return -1;
     if (r->sampling.n_stop_tokens > INT32_MAX - m->n_eos)
         return tide_fail(st, TIDE_ERR_INVALID, "request: %d stop tokens are too many", r->sampling.n_stop_tokens);
     tide_req *q = calloc(1, sizeof *q);
     if (!q) return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory");
+    if (r->n_images != 0 && r->prompt && r->n_prompt >= 1 && r->sampling.max_tokens >= 1) {
+        q->cap_tokens = r->n_prompt + (r->sampling.max_tokens < 64 ? r->sampling.max_tokens : 64);
+        if (image_spans(r, m, q, st) != 0) {
+            tide_req_free(q);
+            return -1;
+        }
+    }
+    if (check(r, m->vocab, m->image_token, m->max_len, q->img_types, st) != 0) {
+        tide_req_free(q);
+        return -1;
+    }
     q->user = r->user;
     q->salt = r->cache_salt;
     q->kv_class = r->kv_class;
@@ -89,8 +157,7 @@ int tide_req_create(const tide_request *r, const tide_req_model *m, uint64_t see
     if (!q->tokens || (r->sampling.n_logit_bias > 0 && !bias) || (n_stop > 0 && !stop)) {
         free(bias);
         free(stop);
-        free(q->tokens);
-        free(q);
+        tide_req_free(q);
         return tide_fail(st, TIDE_ERR_NOMEM, "request: out of memory");
     }
     memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
@@ -108,6 +175,10 @@ void tide_req_free(tide_req *q) {
     free((void *)q->sp.logit_bias);
     free((void *)q->sp.stop_tokens);
     free(q->tokens);
+    free(q->img_types);
+    free(q->img_row);
+    free(q->img_rows);
+    free(q->keys);
     free(q->pages);
     free(q->error);
     tide_seq_ckpt_free(&q->ck);
@@ -123,8 +194,14 @@ int tide_req_push(tide_req *q, int32_t token, tide_status *st) {
         int32_t *t = realloc(q->tokens, (size_t)cap * sizeof *t);
         if (!t) return tide_fail(st, TIDE_ERR_NOMEM, "request %lld: out of memory", (long long)q->id);
         q->tokens = t;
+        if (q->keys) {
+            int32_t *k = realloc(q->keys, (size_t)cap * sizeof *k);
+            if (!k) return tide_fail(st, TIDE_ERR_NOMEM, "request %lld: out of memory", (long long)q->id);
+            q->keys = k;
+        }
         q->cap_tokens = cap;
     }
+    if (q->keys) q->keys[q->n_tokens] = token;
     q->tokens[q->n_tokens++] = token;
     return 0;
 }

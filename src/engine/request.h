@@ -14,6 +14,7 @@
 
 #include "cache/seq_cache.h"
 #include "engine/spec.h"
+#include "model/config.h"
 #include "tide.h"
 
 typedef struct tide_req {
@@ -55,12 +56,25 @@ typedef struct tide_req {
     int n_verify;             /* drafts the step in flight verifies */
     tide_seq_ckpt ck;
     int64_t n_spec_verified, n_spec_accepted;
+    /* Image spans (docs/vision.md), NULL without images: per prompt position
+     * its span type (TIDE_IMG_*, -1 text) and its row in img_rows (the
+     * span's input rows, [n_img_rows][hidden], filled by the engine's tower
+     * at submit); keys, the prefix cache's view of tokens (grown with them):
+     * span positions carry a hash of the image's pixels and their place in
+     * the span instead of the image token, so that pages are shared only
+     * between requests with the same images. */
+    int8_t *img_types;
+    int32_t *img_row;
+    float *img_rows;
+    int64_t n_img_rows;
+    int32_t *keys;
 } tide_req;
 
 /* What a request is checked against and completed with. */
 typedef struct tide_req_model {
     int64_t vocab;
-    int32_t image_token;   /* refused in prompts; < 0: none */
+    int32_t image_token;   /* only inside image spans; < 0: none */
+    const tide_vision_config *vision; /* the tower's, NULL: none (images refused) */
     int64_t max_len;       /* the context (<= 0: only the forward pass's own limit) */
     const int32_t *eos;    /* appended to the stop tokens when the request stops at EOS */
     int n_eos;
@@ -77,6 +91,8 @@ void tide_req_free(tide_req *q);
 
 static inline int64_t tide_req_n_output(const tide_req *q) { return q->n_tokens - q->n_prompt; }
 static inline const int32_t *tide_req_output(const tide_req *q) { return q->tokens + q->n_prompt; }
+/* The tokens as the prefix cache keys them (see keys). */
+static inline const int32_t *tide_req_keys(const tide_req *q) { return q->keys ? q->keys : q->tokens; }
 
 /* Appends a generated token. */
 int tide_req_push(tide_req *q, int32_t token, tide_status *st);

@@ -239,7 +239,7 @@ static int64_t prefix_lookup(tide_sched *s, tide_req *q) {
     if (maxp == 0 || maxp > INT32_MAX || pages_room(q, maxp) != 0) return 0;
     int32_t h = 0;
     tide_status st = {0};
-    if (tide_prefix_lookup(&s->px.pc, q->tokens, q->n_tokens - 1, q->salt, q->pages, (int32_t)maxp, &h, &st) != 0)
+    if (tide_prefix_lookup(&s->px.pc, tide_req_keys(q), q->n_tokens - 1, q->salt, q->pages, (int32_t)maxp, &h, &st) != 0)
         return 0;
     q->n_pages = h;
     return h * P;
@@ -270,7 +270,7 @@ static void tier_put(tide_sched *s, const tide_req *q, int64_t i, int32_t pg) {
     size_t per = tide_kv_block_bytes(kv);
     for (int j = 0; j < x->bpp; j++)
         memcpy(x->tier_buf + j * per, kv->blocks[x->blocks[(int64_t)pg * x->bpp + j]], per);
-    tide_kv_page p = {q->salt, q->tokens, (i + 1) * x->page_tokens, x->page_tokens, x->pc.hash[pg], x->tier_buf,
+    tide_kv_page p = {q->salt, tide_req_keys(q), (i + 1) * x->page_tokens, x->page_tokens, x->pc.hash[pg], x->tier_buf,
                       x->tier_bytes, q->kv_class - 1 /* TIDE_KV_CLASS_X - 1 = TIDE_KV_X (request.c) */};
     s->cfg.tier->put(s->cfg.tier->ctx, &p);
     x->tier_stored++;
@@ -314,16 +314,16 @@ static void tier_fetch(tide_sched *s, tide_req *q) {
     if (maxp == 0 || maxp > INT32_MAX || pages_room(q, maxp) != 0) return;
     int32_t h = 0, got;
     tide_status st = {0};
-    if (tide_prefix_lookup(&x->pc, q->tokens, q->n_tokens - 1, q->salt, q->pages, (int32_t)maxp, &h, &st) != 0) return;
+    if (tide_prefix_lookup(&x->pc, tide_req_keys(q), q->n_tokens - 1, q->salt, q->pages, (int32_t)maxp, &h, &st) != 0) return;
     uint64_t chain = tide_prefix_root(q->salt);
-    for (int64_t i = 0; i < h; i++) chain = tide_prefix_page_hash(chain, q->tokens + i * P, (int32_t)P);
+    for (int64_t i = 0; i < h; i++) chain = tide_prefix_page_hash(chain, tide_req_keys(q) + i * P, (int32_t)P);
     for (got = h; got < maxp; got++) {
-        uint64_t next = tide_prefix_page_hash(chain, q->tokens + (int64_t)got * P, (int32_t)P);
-        tide_kv_page p = {q->salt, q->tokens, (int64_t)(got + 1) * P, P, next, x->tier_buf, x->tier_bytes, -1};
+        uint64_t next = tide_prefix_page_hash(chain, tide_req_keys(q) + (int64_t)got * P, (int32_t)P);
+        tide_kv_page p = {q->salt, tide_req_keys(q), (int64_t)(got + 1) * P, P, next, x->tier_buf, x->tier_bytes, -1};
         if (!s->cfg.tier->get(s->cfg.tier->ctx, &p) || tier_promote(s, &q->pages[got]) != 0) break;
         chain = next;
     }
-    if (got > h && tide_prefix_insert(&x->pc, q->tokens, (int64_t)got * P, q->salt, q->pages, got, &st) != 0)
+    if (got > h && tide_prefix_insert(&x->pc, tide_req_keys(q), (int64_t)got * P, q->salt, q->pages, got, &st) != 0)
         tide_log(TIDE_LOG_WARN, "kv tiers: request %lld: %s", (long long)q->id, st.msg);
     for (int32_t i = h; i < got; i++) {
         int32_t pg = q->pages[i];
@@ -346,12 +346,12 @@ static void tier_prefetch(tide_sched *s, tide_req *q) {
     int32_t h = 0;
     tide_status st = {0};
     if (pages_room(q, maxp) != 0 ||
-        tide_prefix_lookup(&x->pc, q->tokens, q->n_tokens - 1, q->salt, q->pages, (int32_t)maxp, &h, &st) != 0)
+        tide_prefix_lookup(&x->pc, tide_req_keys(q), q->n_tokens - 1, q->salt, q->pages, (int32_t)maxp, &h, &st) != 0)
         return;
     if (h > 0 && tide_prefix_release(&x->pc, q->pages, h, &st) != 0)
         tide_log(TIDE_LOG_ERROR, "kv tiers: request %lld: %s", (long long)q->id, st.msg);
     if (h >= maxp) return;
-    tide_kv_page p = {q->salt, q->tokens, (int64_t)(h + 1) * P, P, 0, x->tier_buf, x->tier_bytes, -1};
+    tide_kv_page p = {q->salt, tide_req_keys(q), (int64_t)(h + 1) * P, P, 0, x->tier_buf, x->tier_bytes, -1};
     q->tier_ticket = s->cfg.tier->prefetch(s->cfg.tier->ctx, &p, maxp - h);
 }
 
@@ -398,7 +398,7 @@ static void register_pages(tide_sched *s, tide_req *q) {
         q->pages[q->n_pages++] = pg;
     }
     if (q->n_pages == first) return;
-    if (tide_prefix_insert(&x->pc, q->tokens, q->n_pages * P, q->salt, q->pages, q->n_pages, &st) != 0)
+    if (tide_prefix_insert(&x->pc, tide_req_keys(q), q->n_pages * P, q->salt, q->pages, q->n_pages, &st) != 0)
         tide_log(TIDE_LOG_WARN, "prefix cache: request %lld: %s", (long long)q->id, st.msg);
     /* The insert walks all of q's pages, not just the new ones: an older
      * page that stayed private (it duplicated another request's entry)

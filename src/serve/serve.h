@@ -36,6 +36,11 @@ typedef struct tide_serve_config {
     const char *tokenizer;     /* tokenizer.json; default MODEL_DIR/tokenizer.json */
     size_t max_body;           /* bytes; default TIDE_API_MAX_BODY (413 beyond) */
     int64_t max_prompt;        /* prompt tokens; default 0 = the model's context (400 beyond) */
+    /* images per request, bytes and pixels per image (400 beyond); 0 = the
+     * defaults (api/gen.h tide_gen_image_limits) */
+    int max_images;
+    size_t max_image_bytes;
+    int64_t max_image_pixels;
     int max_queue;             /* requests accepted beyond engine.max_seqs (429 beyond); default 256 */
     double timeout_s;          /* a request running longer is ended; default 600 */
     int http_threads;          /* libmicrohttpd's pool; default 2 */

@@ -164,7 +164,10 @@ void *serve_loader_main(void *arg) {
     tide_server *s = arg;
     tide_status st = {0};
     tide_gen_engine *g = NULL;
-    int ok = tide_gen_create(&s->cfg.engine, s->tok_path, &g, &st) == 0 && tide_gen_start(g, &st) == 0;
+    tide_gen_image_limits lim = {s->cfg.max_images, s->cfg.max_image_bytes, s->cfg.max_image_pixels};
+    int ok = tide_gen_create(&s->cfg.engine, s->tok_path, &g, &st) == 0;
+    if (ok) tide_gen_set_image_limits(g, &lim);
+    ok = ok && tide_gen_start(g, &st) == 0;
     if (!ok) tide_gen_destroy(g), g = NULL;
     pthread_mutex_lock(&s->mu);
     s->gen = g;

@@ -39,6 +39,8 @@ void tide_conv_free(tide_conv *c) {
     tide_conv_clear_tools(c);
     free(c->tools);
     json_decref(c->response_format);
+    for (size_t i = 0; i < c->n_images; i++) free(c->images[i].data);
+    free(c->images);
     memset(c, 0, sizeof *c);
 }
 
@@ -65,16 +67,32 @@ static int reserve(void **arr, size_t *cap, size_t n, size_t size) {
 
 /* Text the conversation takes: no NUL (strings here are C strings) and no
  * literal image placeholder (the release refuses it: images are content
- * parts, and tide supports none yet). */
-static int check_text(const char *s, size_t n, const char *what, tide_status *st) {
+ * parts) beyond the `images` placeholders the API put for image parts,
+ * which must all be there. */
+static int check_text(const char *s, size_t n, const char *what, size_t images, tide_status *st) {
     if (s && memchr(s, 0, n)) return tide_fail(st, TIDE_ERR_INVALID, "%s contains a NUL character", what);
     const char *ph = TIDE_CONV_IMAGE_PLACEHOLDER;
-    size_t pn = strlen(ph);
+    size_t pn = strlen(ph), seen = 0;
     for (size_t i = 0; s && n >= pn && i <= n - pn; i++)
-        if (s[i] == ph[0] && memcmp(s + i, ph, pn) == 0)
+        if (s[i] == ph[0] && memcmp(s + i, ph, pn) == 0 && ++seen > images)
             return tide_fail(st, TIDE_ERR_INVALID,
                              "%s contains the image placeholder %s at byte %zu (images are content parts)", what, ph,
                              i);
+    if (seen != images)
+        return tide_fail(st, TIDE_ERR_INVALID, "%s holds %zu image placeholders for %zu image parts", what, seen,
+                         images);
+    return 0;
+}
+
+int tide_conv_add_image(tide_conv *c, const void *data, size_t n, tide_status *st) {
+    if (c->n_images >= TIDE_CONV_MAX_IMAGES)
+        return tide_fail(st, TIDE_ERR_INVALID, "more than %d images", TIDE_CONV_MAX_IMAGES);
+    if (reserve((void **)&c->images, &c->cap_images, c->n_images, sizeof *c->images) != 0)
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory adding an image");
+    unsigned char *d = malloc(n ? n : 1);
+    if (!d) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory adding an image of %zu bytes", n);
+    if (n) memcpy(d, data, n);
+    c->images[c->n_images++] = (tide_conv_image){d, n};
     return 0;
 }
 
@@ -84,7 +102,7 @@ int tide_conv_add(tide_conv *c, tide_role role, const char *content, size_t n, t
     if (n > TIDE_CONV_MAX_TEXT)
         return tide_fail(st, TIDE_ERR_INVALID, "message of %zu bytes exceeds the limit of %u", n,
                          TIDE_CONV_MAX_TEXT);
-    if (check_text(content, n, "text", st) != 0) return -1;
+    if (check_text(content, n, "text", c->n_images - c->n_placed, st) != 0) return -1;
     if (reserve((void **)&c->msgs, &c->cap_msgs, c->n_msgs, sizeof *c->msgs) != 0)
         return tide_fail(st, TIDE_ERR_NOMEM, "out of memory adding a message");
     tide_msg *m = &c->msgs[c->n_msgs];
@@ -93,6 +111,7 @@ int tide_conv_add(tide_conv *c, tide_role role, const char *content, size_t n, t
     m->content = dupn(content ? content : "", content ? n : 0);
     if (!m->content) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory adding a message");
     c->n_msgs++;
+    c->n_placed = c->n_images;
     return 0;
 }
 
@@ -113,7 +132,7 @@ int tide_conv_set_reasoning(tide_conv *c, const char *text, size_t n, tide_statu
     tide_msg *m = last_of(c, TIDE_ROLE_ASSISTANT, "reasoning", st);
     if (!m) return -1;
     if (n > TIDE_CONV_MAX_TEXT) return tide_fail(st, TIDE_ERR_INVALID, "reasoning of %zu bytes is too long", n);
-    if (check_text(text, n, "reasoning", st) != 0) return -1;
+    if (check_text(text, n, "reasoning", 0, st) != 0) return -1;
     free(m->reasoning);
     m->reasoning = dupn(text, n);
     return m->reasoning ? 0 : tide_fail(st, TIDE_ERR_NOMEM, "out of memory");

@@ -23,7 +23,9 @@
 #define TIDE_CONV_MAX_NAME 128         /* tool names and parameter names, bytes */
 #define TIDE_CONV_MAX_TEXT (16u << 20) /* one message, bytes */
 
-/* The release's image placeholder; refused in client text (conv.c). */
+/* The release's image placeholder: the renderer emits it as the image
+ * token where an image part was (tide_conv_add_image); refused in client
+ * text (conv.c). */
 #define TIDE_CONV_IMAGE_PLACEHOLDER "<\xef\xbd\x9c" "deepseek_image\xef\xbd\x9c>"
 
 /* Default completion budgets when a request names none. */
@@ -60,6 +62,14 @@ typedef struct tide_tool {
                          * (owned reference); NULL: {name, description, parameters} */
 } tide_tool;
 
+/* An image part, as the client sent it (encoded bytes, owned); decoded and
+ * planned when the prompt is built (api/gen_session.c). */
+typedef struct tide_conv_image {
+    unsigned char *data;
+    size_t n;
+} tide_conv_image;
+#define TIDE_CONV_MAX_IMAGES 256 /* a hard cap; the server's own limit is lower */
+
 typedef struct tide_conv {
     tide_msg *msgs;
     size_t n_msgs, cap_msgs;
@@ -69,6 +79,9 @@ typedef struct tide_conv {
     int thinking;            /* 0 chat mode, 1 thinking mode */
     int continue_final;      /* 1: a final assistant message is continued (no EOS) */
     int effort;              /* 1..100, used in thinking mode */
+    tide_conv_image *images; /* in prompt order */
+    size_t n_images, cap_images;
+    size_t n_placed;         /* images whose placeholder a message already holds */
 } tide_conv;
 
 void tide_conv_init(tide_conv *c); /* chat mode, default effort */
@@ -76,6 +89,11 @@ void tide_conv_free(tide_conv *c);
 
 /* Appends a message with a copy of `content` (n bytes). */
 int tide_conv_add(tide_conv *c, tide_role role, const char *content, size_t n, tide_status *st);
+/* Adds an image part to the next message added: the caller puts
+ * TIDE_CONV_IMAGE_PLACEHOLDER where it goes in that message's content, which
+ * must then hold exactly one placeholder per image added since the last
+ * message (a client's own placeholder text is refused). Copies data. */
+int tide_conv_add_image(tide_conv *c, const void *data, size_t n, tide_status *st);
 /* Removes the last message (no-op when there is none). */
 void tide_conv_pop(tide_conv *c);
 /* Sets the reasoning of the last message, which must be an assistant's. */

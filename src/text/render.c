@@ -83,6 +83,23 @@ static void add_plain(rbuf *r, const char *s, size_t n) {
     plain(r, at);
 }
 
+/* A message's content: client text, except the image placeholders that
+ * tide_conv_add_image's parts put there (conv.c refuses any other), which
+ * are markup, so that they become the image token. */
+static void add_content(rbuf *r, const char *s, size_t n) {
+    const char *ph = TIDE_CONV_IMAGE_PLACEHOLDER;
+    size_t pn = strlen(ph), from = 0;
+    for (size_t i = 0; n >= pn && i <= n - pn;)
+        if (s[i] == ph[0] && memcmp(s + i, ph, pn) == 0) {
+            add_plain(r, s + from, i - from);
+            tide_sb_addn(&r->b, ph, pn);
+            i = from = i + pn;
+        } else {
+            i++;
+        }
+    add_plain(r, s + from, n - from);
+}
+
 static int render_tools(rbuf *r, const tide_conv *c, tide_status *st) {
     tide_sb *b = &r->b;
     tide_sb_add(b, TOOLS_HEAD);
@@ -237,11 +254,11 @@ static int render_user(rbuf *r, const tide_conv *c, const unit *u, const tide_ms
         if (i) tide_sb_add(b, "\n\n");
         if (m->role == TIDE_ROLE_TOOL) {
             tide_sb_add(b, "<tool_result>");
-            add_plain(r, tools[ti]->content, strlen(tools[ti]->content));
+            add_content(r, tools[ti]->content, strlen(tools[ti]->content));
             ti++;
             tide_sb_add(b, "</tool_result>");
         } else {
-            add_plain(r, m->content, strlen(m->content));
+            add_content(r, m->content, strlen(m->content));
         }
     }
     free(tools);
@@ -300,7 +317,7 @@ static int render_units(rbuf *r, const tide_conv *c, const unit *u, size_t n, in
         switch (u[i].kind) {
         case U_SYSTEM:
             if (i > 0) tide_sb_add(b, TIDE_TOK_SYSTEM);
-            if (u[i].msg) add_plain(r, u[i].msg->content, strlen(u[i].msg->content));
+            if (u[i].msg) add_content(r, u[i].msg->content, strlen(u[i].msg->content));
             if (u[i].opening && c->n_tools > 0) {
                 tide_sb_add(b, "\n\n");
                 if (render_tools(r, c, st) != 0) return -1;
@@ -323,7 +340,7 @@ static int render_units(rbuf *r, const tide_conv *c, const unit *u, size_t n, in
                 if (m->reasoning) add_plain(r, m->reasoning, strlen(m->reasoning));
                 tide_sb_add(b, TIDE_TOK_END_THINK);
             }
-            add_plain(r, m->content, strlen(m->content));
+            add_content(r, m->content, strlen(m->content));
             if (m->n_calls && render_calls(r, m, st) != 0) return -1;
             if (!is_last || !c->continue_final) tide_sb_add(b, TIDE_TOK_EOS); /* unless continued (prefill) */
             if (m->n_calls) calls_msg = m;
