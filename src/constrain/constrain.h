@@ -91,6 +91,10 @@ int64_t tide_cons_n_accepted(const tide_cons *c);
 /* The size of the vocabulary the cursor masks. */
 int32_t tide_cons_vocab_size_of(const tide_cons *c);
 
+/* Slices on (the default) or off, process-wide: the same masks either way,
+ * off walks every live trie node (the tests compare the two). */
+void tide_cons_set_slices(int on);
+
 /* Byte-level checks (tests, tools): whether text is a complete match. */
 int tide_cons_grammar_matches(tide_cons_grammar *g, const char *text, size_t len, tide_status *st);
 
