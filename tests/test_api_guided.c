@@ -45,6 +45,10 @@ static void test_fields(void **state) {
     assert_int_equal(req.gen.guided, 1 + TIDE_CONS_GBNF);
     assert_string_equal(req.gen.guided_param, "structured_outputs.grammar");
     tide_api_req_free(&req);
+    parse_ok("{" MSG ", \"guided_grammar\": \"start: \\\"a\\\" NAME\\nNAME: /[a-z]+/\"}", &req); /* Lark: no ::= */
+    assert_int_equal(req.gen.guided, 1 + TIDE_CONS_LARK);
+    assert_string_equal(req.gen.guided_text, "start: \"a\" NAME\nNAME: /[a-z]+/");
+    tide_api_req_free(&req);
     /* choices with regex syntax match themselves only */
     parse_ok("{" MSG ", \"guided_choice\": [\"a.b\", \"(x)?\", \"1+1\"]}", &req);
     assert_int_equal(req.gen.guided, 1 + TIDE_CONS_REGEX);

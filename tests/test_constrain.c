@@ -83,6 +83,59 @@ static void test_gbnf(void **state) {
     check_table(TIDE_CONS_GBNF, cases, sizeof cases / sizeof cases[0]);
 }
 
+static void test_lark(void **state) {
+    (void)state;
+    static const rx_case cases[] = {
+        {"start: expr\nexpr: term ((\"+\" | \"-\") term)*\nterm: NUMBER | \"(\" expr \")\"\n%import common.NUMBER\n%ignore WS\n"
+         "%import common.WS",
+         {"1+2", " 1 + ( 2.5e3 - 4 ) ", "(((7)))", ".5-1."}, {"1+", "(1", "1 2", "e3"}},
+        {"// comment\nstart: \"a\"i \"b\"..\"d\"~2..3 [X] /[0-9]+/ -> alias\nX: \"x\"\n  | \"y\"  // more\n",
+         {"Abc1", "abcdx9", "acby12"}, {"abx1", "abcdex1", "ab1"}},
+        {"?start: item+\n!item.2: \"\\u00e9\" | /[a-c]/ | \"\\n\"", {"\xc3\xa9", "ab\nc"}, {"", "d"}},
+        {"%import common (ESCAPED_STRING, SIGNED_NUMBER -> NUM, CNAME)\nstart: \"[\" [value (\",\" value)*] \"]\"\n"
+         "value: ESCAPED_STRING | NUM | CNAME\n%ignore \" \"",
+         {"[\"a\\\"b\", -1.5 ]", "[]", " [ x_1 ,2] "}, {"[\"a]", "[1,]", "[\"a\nb\"]"}},
+        {"start: (\"ab\")~2 \"x\"~0..1", {"abab", "ababx"}, {"ab", "ababab"}},
+    };
+    check_table(TIDE_CONS_LARK, cases, sizeof cases / sizeof cases[0]);
+    assert_int_equal(tide_cons_grammar_kind("root ::= \"a\"", 12), TIDE_CONS_GBNF);
+    assert_int_equal(tide_cons_grammar_kind("start: \"a\"", 11), TIDE_CONS_LARK);
+}
+
+/* The same grammar written in GBNF and in Lark accepts the same strings:
+ * random grammars over a small alphabet, random strings. */
+static void test_lark_vs_gbnf(void **state) {
+    (void)state;
+    uint64_t seed = tu_seed();
+    tu_rng r = {seed};
+    static const char *const atoms_g[] = {"\"a\"", "\"b\"", "[a-c]", "\"ab\"", "x", "(\"c\" | \"a\")", "[^a]"};
+    static const char *const atoms_l[] = {"\"a\"", "\"b\"", "\"a\"..\"c\"", "\"ab\"", "x", "(\"c\" | \"a\")", "/[^a]/"};
+    static const char *const reps_g[] = {"", "*", "+", "?", "{2}", "{1,3}"};
+    static const char *const reps_l[] = {"", "*", "+", "?", "~2", "~1..3"};
+    for (int rep = 0; rep < 40; rep++) {
+        char g1[512] = "root ::= ", l1[512] = "start: ";
+        int parts = 1 + (int)(tu_next(&r) % 4);
+        for (int p = 0; p < parts; p++) {
+            int a = (int)(tu_next(&r) % 7), q = (int)(tu_next(&r) % 6);
+            if (p && tu_next(&r) % 4 == 0) strcat(g1, " | "), strcat(l1, " | ");
+            strcat(g1, atoms_g[a]), strcat(g1, reps_g[q]), strcat(g1, " ");
+            strcat(l1, atoms_l[a]), strcat(l1, reps_l[q]), strcat(l1, " ");
+        }
+        strcat(g1, "\nx ::= \"b\" [a-b]?"), strcat(l1, "\nx: \"b\" /[a-b]/?");
+        tide_cons_grammar *gg = compile_ok(TIDE_CONS_GBNF, g1), *gl = compile_ok(TIDE_CONS_LARK, l1);
+        for (int k = 0; k < 200; k++) {
+            char s[12];
+            int n = (int)(tu_next(&r) % 8);
+            for (int i = 0; i < n; i++) s[i] = "abcd"[tu_next(&r) % 4];
+            s[n] = 0;
+            int a = matches(gg, s), b = matches(gl, s);
+            if (a != b) fprintf(stderr, "seed %llu: \"%s\": GBNF [%s] %d, Lark [%s] %d\n", (unsigned long long)seed, s, g1, a, l1, b);
+            assert_int_equal(a, b);
+        }
+        tide_cons_grammar_unref(gg), tide_cons_grammar_unref(gl);
+    }
+}
+
 static void test_tool_calls(void **state) {
     (void)state;
 #define P_OPEN "<\xef\xbd\x9c" "DSML\xef\xbd\x9c parameter name=\""
@@ -121,6 +174,18 @@ static void expect_error(tide_cons_kind k, const char *text, const char *needle)
 
 static void test_errors(void **state) {
     (void)state;
+    expect_error(TIDE_CONS_LARK, "start: a\na: a \"x\" | \"y\"", "left recursion");
+    expect_error(TIDE_CONS_LARK, "start: \"a\" b", "rule \"b\" is used but never defined");
+    expect_error(TIDE_CONS_LARK, "start: \"a\" /x/i", "line 1, column 15: regex flags are not supported");
+    expect_error(TIDE_CONS_LARK, "start: A\nA: b\nb: \"x\"", "line 2, column 4: a terminal cannot use a rule");
+    expect_error(TIDE_CONS_LARK, "x: \"a\"", "no \"start\" rule");
+    expect_error(TIDE_CONS_LARK, "start: \"a\"\n%declare X", "directive not supported");
+    expect_error(TIDE_CONS_LARK, "%import other.X\nstart: \"a\"", "only %import common");
+    expect_error(TIDE_CONS_LARK, "%import common.FOO\nstart: \"a\"", "not a terminal of common");
+    expect_error(TIDE_CONS_LARK, "start: _sep{x}", "templates are not supported");
+    expect_error(TIDE_CONS_LARK, "start: (\"a\"", "missing )");
+    expect_error(TIDE_CONS_LARK, "start: \"a\"~5..2", "out of order");
+    expect_error(TIDE_CONS_LARK, "start: \"ab\"..\"z\"", "one character each");
     expect_error(TIDE_CONS_REGEX, "(?=a)b", "lookaround");
     expect_error(TIDE_CONS_REGEX, "(a)\\1", "backreferences");
     expect_error(TIDE_CONS_REGEX, "\\bfoo", "\\b");
@@ -577,6 +642,8 @@ int main(void) {
         cmocka_unit_test(test_regex),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_gbnf),
+        cmocka_unit_test(test_lark),
+        cmocka_unit_test(test_lark_vs_gbnf),
         cmocka_unit_test(test_tool_calls),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_number_bounds),

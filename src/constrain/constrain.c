@@ -355,6 +355,8 @@ int tide_cons_compile(tide_cons_kind kind, const char *text, size_t len, tide_co
     int rc = -1;
     if (kind == TIDE_CONS_GBNF) {
         rc = tide_gbnf_parse(g, text, len, &lst);
+    } else if (kind == TIDE_CONS_LARK) {
+        rc = tide_lark_parse(g, text, len, &lst);
     } else {
         int32_t r = cg_rule_new(g, "root", 4);
         if (r >= 0) {
@@ -394,6 +396,12 @@ int tide_cons_compile(tide_cons_kind kind, const char *text, size_t len, tide_co
     }
     *out = gr;
     return 0;
+}
+
+tide_cons_kind tide_cons_grammar_kind(const char *text, size_t len) {
+    for (size_t k = 0; k + 3 <= len; k++)
+        if (!memcmp(text + k, "::=", 3)) return TIDE_CONS_GBNF;
+    return TIDE_CONS_LARK;
 }
 
 int tide_cons_grammar_matches(tide_cons_grammar *gr, const char *text, size_t len, tide_status *st) {

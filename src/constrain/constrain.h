@@ -27,7 +27,12 @@ typedef enum tide_cons_kind {
     TIDE_CONS_GBNF,        /* text: a grammar in llama.cpp's GBNF, start rule "root" */
     TIDE_CONS_TOOLS,       /* text: {"tools": [{"name", "parameters"}...], "parallel": bool}:
                             * a DSML block of calls to those tools, arguments per their schemas */
+    TIDE_CONS_LARK,        /* text: a Lark-style EBNF grammar, start rule "start" */
 } tide_cons_kind;
+
+/* A grammar given without its syntax (vLLM's guided_grammar): GBNF when it
+ * has a "::=" definition, else Lark. */
+tide_cons_kind tide_cons_grammar_kind(const char *text, size_t len);
 
 #define TIDE_CONS_MAX_TEXT (1u << 20) /* constraint text bytes */
 
