@@ -158,6 +158,19 @@ static void test_tool_calls(void **state) {
           "\n" I_CLOSE C_CLOSE, /* too long */
           C_OPEN I_OPEN "z\">\n\n" I_CLOSE "\n" I_OPEN "z\">\n\n" I_CLOSE C_CLOSE, /* two calls, not parallel */
           C_OPEN I_OPEN "y\">\n\n" I_CLOSE C_CLOSE}},
+        /* tool_choice auto: text, then maybe calls; w strict (its schema), f not (any parameters) */
+        {"{\"parallel\":true,\"auto\":true,\"tools\":[{\"name\":\"w\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+         "\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"n\"]}},"
+         "{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\"}}}}]}",
+         {"", "Plain text, with < and <b> but no bar marker.",
+          "Let me check. " C_OPEN I_OPEN "w\">\n" P_OPEN "n\" string=\"false\">3" P_CLOSE "\n" I_CLOSE C_CLOSE,
+          C_OPEN I_OPEN "f\">\n" P_OPEN "anything\" string=\"true\">x < y" P_CLOSE "\n" P_OPEN "k\" string=\"false\">[1]" P_CLOSE
+          "\n" I_CLOSE "\n" I_OPEN "f\">\n\n" I_CLOSE C_CLOSE},
+         {C_OPEN I_OPEN "w\">\n" P_OPEN "n\" string=\"false\">9" P_CLOSE "\n" I_CLOSE C_CLOSE, /* strict: n <= 7 */
+          C_OPEN I_OPEN "w\">\n\n" I_CLOSE C_CLOSE,                                              /* strict: n required */
+          "text <\xef\xbd\x9c" "DSML\xef\xbd\x9c calls> not a block",                             /* the marker in text */
+          C_OPEN I_OPEN "w\">\n" P_OPEN "n\" string=\"false\">3" P_CLOSE "\n" I_CLOSE C_CLOSE " after",  /* text after calls */
+          C_OPEN I_OPEN "f\">\n" P_OPEN "q\" string=\"true\">a</b" P_CLOSE "\n" I_CLOSE C_CLOSE}},   /* "</" in a free value */
     };
     check_table(TIDE_CONS_TOOLS, cases, sizeof cases / sizeof cases[0]);
 }

@@ -25,8 +25,10 @@ typedef enum tide_cons_kind {
     TIDE_CONS_JSON_SCHEMA, /* text: a JSON Schema */
     TIDE_CONS_JSON_OBJECT, /* any JSON object (text ignored) */
     TIDE_CONS_GBNF,        /* text: a grammar in llama.cpp's GBNF, start rule "root" */
-    TIDE_CONS_TOOLS,       /* text: {"tools": [{"name", "parameters"}...], "parallel": bool}:
-                            * a DSML block of calls to those tools, arguments per their schemas */
+    TIDE_CONS_TOOLS,       /* text: {"tools": [{"name", "parameters", "strict"}...], "parallel": bool,
+                            * "auto": bool}: a DSML block of calls to those tools, arguments per
+                            * their schemas; with auto, text without "<｜" then maybe the block,
+                            * and only strict tools' arguments follow their schemas */
     TIDE_CONS_LARK,        /* text: a Lark-style EBNF grammar, start rule "start" */
 } tide_cons_kind;
 
