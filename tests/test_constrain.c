@@ -571,6 +571,7 @@ static void test_mask_slices(void **state) {
             tide_cons_set_slices(0);
             int rb = tide_cons_mask(cb, slow, &end, 1, &st);
             tide_cons_set_slices(1);
+            if (ra != rb) fprintf(stderr, "seed %llu %s: step %d: fast %d, plain %d: %s\n", (unsigned long long)seed, text, steps, ra, rb, st.msg);
             assert_int_equal(ra, rb);
             if (ra != 0) break;
             for (int t = 0; t < vb.n; t++) {
@@ -583,8 +584,8 @@ static void test_mask_slices(void **state) {
                     if (brute) assert_int_equal(tide_cons_rollback(ca, 1, &s2), 0);
                 }
                 if (got != want || got != brute)
-                    fprintf(stderr, "seed %llu %s: step %d token %d: fast %d, plain %d, brute force %d\n",
-                            (unsigned long long)seed, text, steps, t, got, want, brute);
+                    fprintf(stderr, "seed %llu %s: step %d token %d [%.*s]: fast %d, plain %d, brute force %d\n",
+                            (unsigned long long)seed, text, steps, t, (int)vb.len[t], (const char *)vb.b[t], got, want, brute);
                 assert_int_equal(got, want);
                 assert_int_equal(got, brute);
             }

@@ -16,20 +16,28 @@
 /* ---- vocabulary trie ------------------------------------------------------- */
 
 /* Slice classes: text whose ASCII bytes are in the class (a bit per byte
- * below 0x80) and whose other bytes are well-formed UTF-8 (any codepoint
- * from U+0080, surrogates excluded). 0: printable ASCII with tab, newline,
- * carriage return; 1: JSON string content (printable ASCII but '"' and
- * '\\'). A slice is used for a position where every text of the class up
- * to some number of characters is live (checked by exploring the matcher),
- * so the trie walk skips the subtrees made only of such tokens. */
-#define CONS_NK 2
+ * below 0x80) and whose other bytes, when the class takes them, are
+ * well-formed UTF-8 (any codepoint from U+0080, surrogates excluded).
+ * Fixed: 0 printable ASCII with tab, newline, carriage return, and the
+ * rest; 1 JSON string content (printable ASCII but '"' and '\\', and the
+ * rest). More are made on demand from the bytes a position takes (ASCII
+ * only, e.g. a hostname's letters, digits, '-' and '.'), up to
+ * CONS_NK_MAX per vocabulary. A slice is used for a position where every
+ * text of the class up to some number of characters is live (checked by
+ * exploring the matcher), so the trie walk skips the subtrees made only of
+ * such tokens. */
+#define CONS_NK_FIXED 2
+#define CONS_NK_MAX 16
 #define CONS_PCAP 32 /* characters up to which a slice's bitsets are kept */
-static int slice_ascii(int k, uint8_t b) {
-    if (b >= 0x80) return 0;
-    if (b == '\t' || b == '\n' || b == '\r') return k == 0;
-    if (b < 0x20 || b == 0x7f) return 0;
-    return k == 0 || (b != '"' && b != '\\');
-}
+typedef struct cons_class {
+    uint32_t ascii[4];  /* ASCII bytes of the class */
+    int nonascii;       /* and every well-formed non-ASCII character */
+    int16_t *kmax;      /* [n_nodes] the most characters a token of the subtree starts if all are of the class, else -1 */
+    int16_t *kpath;     /* [n_nodes] characters the node's own bytes start if they are of the class, else -1 */
+    uint32_t *pk;       /* [(pcap + 1) * words]: the class's tokens of at most c characters */
+    int pcap;
+} cons_class;
+static int slice_ascii(const cons_class *k, uint8_t b) { return b < 0x80 && (k->ascii[b >> 5] >> (b & 31) & 1); }
 
 /* UTF-8 positions: 0 between characters; else what the next byte may be
  * (the first continuation's range depends on the lead byte). */
@@ -62,11 +70,11 @@ static int utf8_next(int u, uint8_t b, int *starts) {
 }
 
 /* Characters a byte string starts if it is text of class k, else -1. */
-static int slice_count(int k, const uint8_t *b, size_t n) {
+static int slice_count(const cons_class *k, const uint8_t *b, size_t n) {
     int u = U_B, c = 0;
     for (size_t i = 0; i < n; i++) {
         int starts;
-        if (u == U_B && b[i] < 0x80 && !slice_ascii(k, b[i])) return -1;
+        if (u == U_B && (b[i] < 0x80 ? !slice_ascii(k, b[i]) : !k->nonascii)) return -1;
         u = utf8_next(u, b[i], &starts);
         if (u < 0) return -1;
         c += starts;
@@ -88,16 +96,13 @@ struct tide_cons_vocab {
     int32_t *ntok, *nntok;    /* tokens ending here: order[ntok .. ntok+nntok) */
     int32_t *order;
     int max_depth;
-    /* slices (docs/structured.md, "Token masks"): per class k of text
-     * (slice_ascii below), kmax[k][i] = the most characters a token of node
-     * i's subtree starts if every one of them is text of the class (whole
-     * characters, the last one possibly cut), else -1; pk[k] + c * words =
-     * the bitset of the class's tokens of at most c characters, c <=
-     * pcap[k] */
-    int16_t *kmax[CONS_NK];
-    int16_t *kpath[CONS_NK]; /* characters node i's own bytes start if they are text of the class, else -1 */
-    uint32_t *pk[CONS_NK];
-    int pcap[CONS_NK];
+    /* slices (docs/structured.md, "Token masks"): the classes, the first
+     * CONS_NK_FIXED made with the trie, more on demand under cls_mu (a
+     * class is immutable once n_cls counts it) */
+    cons_class cls[CONS_NK_MAX];
+    atomic_int n_cls;
+    pthread_mutex_t cls_mu;
+    int32_t *parent; /* [n_nodes] */
 };
 
 static const struct tide_cons_vocab *sort_v; /* qsort has no context argument: only read under sort_mu */
@@ -124,18 +129,67 @@ void tide_cons_vocab_free(tide_cons_vocab *v) {
     free(v->ntok);
     free(v->nntok);
     free(v->order);
-    for (int k = 0; k < CONS_NK; k++) free(v->kmax[k]), free(v->kpath[k]), free(v->pk[k]);
+    for (int k = 0; k < CONS_NK_MAX; k++) free(v->cls[k].kmax), free(v->cls[k].kpath), free(v->cls[k].pk);
+    free(v->parent);
+    pthread_mutex_destroy(&v->cls_mu);
     free(v);
 }
 
 int32_t tide_cons_vocab_size(const tide_cons_vocab *v) { return v->n; }
 
-/* The slices' per-node maxima and per-length bitsets (after the trie). */
+/* A class's per-node maxima and per-length bitsets (k's bytes set). */
+static int class_build(const tide_cons_vocab *v, cons_class *k) {
+    int32_t words = (v->n + 31) / 32;
+    const int32_t *parent = v->parent;
+    int16_t *km = k->kmax = malloc((size_t)v->n_nodes * sizeof *km);
+    int16_t *kp = k->kpath = malloc((size_t)v->n_nodes * sizeof *kp);
+    uint8_t *ku = malloc((size_t)v->n_nodes);
+    if (!km || !kp || !ku) {
+        free(ku);
+        return -1;
+    }
+    kp[0] = 0, ku[0] = U_B;
+    for (int32_t i = 1; i < v->n_nodes; i++) { /* parents before children */
+        int32_t pa = parent[i];
+        uint8_t b = v->nbyte[i];
+        int in = ku[pa] != U_B || (b < 0x80 ? slice_ascii(k, b) : k->nonascii);
+        int starts, u = kp[pa] < 0 || !in ? -1 : utf8_next(ku[pa], b, &starts);
+        kp[i] = (int16_t)(u < 0 || kp[pa] >= 32000 ? -1 : kp[pa] + starts);
+        ku[i] = (uint8_t)(u < 0 ? U_B : u);
+    }
+    free(ku);
+    int cmax = 0;
+    for (int32_t i = 0; i < v->n_nodes; i++) {
+        km[i] = -2; /* no token yet */
+        if (v->nntok[i]) { /* the node's own bytes: kp unless cut mid-character */
+            int32_t t = v->order[v->ntok[i]];
+            int c = slice_count(k, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
+            km[i] = (int16_t)c;
+            if (c > cmax) cmax = c;
+        }
+    }
+    for (int32_t i = v->n_nodes - 1; i > 0; i--) { /* children before parents */
+        int16_t *pa = &km[parent[i]];
+        if (km[i] == -1 || *pa == -1) *pa = -1;
+        else if (km[i] > *pa) *pa = km[i];
+    }
+    int pc = k->pcap = cmax < CONS_PCAP ? cmax : CONS_PCAP;
+    uint32_t *pk = k->pk = calloc((size_t)(pc + 1) * (size_t)words, sizeof *pk);
+    if (!pk) return -1;
+    for (int32_t t = 0; t < v->n; t++) {
+        if (v->skip[t]) continue;
+        int c = slice_count(k, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
+        for (int l = c < 0 ? pc + 1 : c; l <= pc; l++) pk[(size_t)l * words + (t >> 5)] |= 1u << (t & 31);
+    }
+    return 0;
+}
+
+/* The trie's parents and the fixed classes (after the trie). */
 static int slices_build(tide_cons_vocab *v) {
-    int32_t words = (v->n + 31) / 32, *parent = malloc((size_t)v->n_nodes * sizeof *parent),
+    int32_t *parent = v->parent = malloc((size_t)v->n_nodes * sizeof *parent),
             *path = malloc(((size_t)v->max_depth + 2) * sizeof *path);
     if (!parent || !path) {
-        free(parent), free(path);
+        free(path);
         return -1;
     }
     path[0] = 0;
@@ -145,54 +199,43 @@ static int slices_build(tide_cons_vocab *v) {
         path[v->ndepth[i]] = i;
     }
     free(path);
-    int rc = 0;
-    for (int k = 0; k < CONS_NK && !rc; k++) {
-        int16_t *km = v->kmax[k] = malloc((size_t)v->n_nodes * sizeof *km);
-        int16_t *kp = v->kpath[k] = malloc((size_t)v->n_nodes * sizeof *kp);
-        uint8_t *ku = malloc((size_t)v->n_nodes);
-        if (!km || !kp || !ku) {
-            free(ku);
-            rc = -1;
-            break;
-        }
-        kp[0] = 0, ku[0] = U_B;
-        for (int32_t i = 1; i < v->n_nodes; i++) { /* parents before children */
-            int32_t pa = parent[i];
-            uint8_t b = v->nbyte[i];
-            int starts, u = kp[pa] < 0 || (ku[pa] == U_B && b < 0x80 && !slice_ascii(k, b)) ? -1 : utf8_next(ku[pa], b, &starts);
-            kp[i] = (int16_t)(u < 0 || kp[pa] >= 32000 ? -1 : kp[pa] + starts);
-            ku[i] = (uint8_t)(u < 0 ? U_B : u);
-        }
-        free(ku);
-        int cmax = 0;
-        for (int32_t i = 0; i < v->n_nodes; i++) {
-            km[i] = -2; /* no token yet */
-            if (v->nntok[i]) {
-                int32_t t = v->order[v->ntok[i]];
-                int c = slice_count(k, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
-                km[i] = (int16_t)c;
-                if (c > cmax) cmax = c;
-            }
-        }
-        for (int32_t i = v->n_nodes - 1; i > 0; i--) { /* children before parents */
-            int16_t *pa = &km[parent[i]];
-            if (km[i] == -1 || *pa == -1) *pa = -1;
-            else if (km[i] > *pa) *pa = km[i];
-        }
-        int pc = v->pcap[k] = cmax < CONS_PCAP ? cmax : CONS_PCAP;
-        uint32_t *pk = v->pk[k] = calloc((size_t)(pc + 1) * (size_t)words, sizeof *pk);
-        if (!pk) {
-            rc = -1;
-            break;
-        }
-        for (int32_t t = 0; t < v->n; t++) {
-            if (v->skip[t]) continue;
-            int c = slice_count(k, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
-            for (int l = c < 0 ? pc + 1 : c; l <= pc; l++) pk[(size_t)l * words + (t >> 5)] |= 1u << (t & 31);
+    for (int k = 0; k < CONS_NK_FIXED; k++) {
+        cons_class *c = &v->cls[k];
+        for (int b = 0x20; b < 0x7f; b++)
+            if (k == 0 || (b != '"' && b != '\\')) c->ascii[b >> 5] |= 1u << (b & 31);
+        if (k == 0) c->ascii[0] |= 1u << '\t' | 1u << '\n' | 1u << '\r';
+        c->nonascii = 1;
+        if (class_build(v, c)) return -1;
+    }
+    atomic_init(&v->n_cls, CONS_NK_FIXED);
+    return 0;
+}
+
+/* The class of these ASCII bytes (no others), made on first use; NULL when
+ * the vocabulary has CONS_NK_MAX classes already or memory is short. */
+static const cons_class *class_get(tide_cons_vocab *v, const uint32_t ascii[4]) {
+    int n = atomic_load(&v->n_cls);
+    for (int k = CONS_NK_FIXED; k < n; k++)
+        if (!v->cls[k].nonascii && !memcmp(v->cls[k].ascii, ascii, sizeof v->cls[k].ascii)) return &v->cls[k];
+    pthread_mutex_lock(&v->cls_mu);
+    const cons_class *r = NULL;
+    n = atomic_load(&v->n_cls);
+    for (int k = CONS_NK_FIXED; k < n && !r; k++)
+        if (!v->cls[k].nonascii && !memcmp(v->cls[k].ascii, ascii, sizeof v->cls[k].ascii)) r = &v->cls[k];
+    if (!r && n < CONS_NK_MAX) {
+        cons_class *c = &v->cls[n];
+        memcpy(c->ascii, ascii, sizeof c->ascii);
+        c->nonascii = 0;
+        if (class_build(v, c) == 0) {
+            atomic_store(&v->n_cls, n + 1);
+            r = c;
+        } else {
+            free(c->kmax), free(c->kpath), free(c->pk);
+            memset(c, 0, sizeof *c);
         }
     }
-    free(parent);
-    return rc;
+    pthread_mutex_unlock(&v->cls_mu);
+    return r;
 }
 
 int tide_cons_vocab_new(const uint8_t *const *bytes, const uint32_t *lens, const uint8_t *skip, int32_t n,
@@ -201,6 +244,7 @@ int tide_cons_vocab_new(const uint8_t *const *bytes, const uint32_t *lens, const
     if (n <= 0) return tide_fail(st, TIDE_ERR_INVALID, "constraint vocabulary: no tokens");
     tide_cons_vocab *v = calloc(1, sizeof *v);
     if (!v) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory (constraint vocabulary)");
+    pthread_mutex_init(&v->cls_mu, NULL);
     v->n = n;
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -534,7 +578,7 @@ struct cons_rt {
     const int32_t **rows;   /* [max_depth + 1] their successor rows */
     /* slice exploration scratch: (set, UTF-8 position) pairs seen, their
      * fewest characters; the current and next level's pairs */
-    int64_t *seen_key; int16_t *seen_c; int32_t seen_cap;
+    int64_t *seen_key; int32_t seen_cap;
     int64_t *lv[2]; int32_t nlv[2];
     uint32_t cdone[256 * 8], cstamp; /* (byte class, UTF-8 position) stepped from the current pair */
 };
@@ -545,7 +589,7 @@ static void rt_unref(cons_rt *rt) {
     free(rt->masks);
     free(rt->walk);
     free(rt->rows);
-    free(rt->seen_key), free(rt->seen_c), free(rt->lv[0]), free(rt->lv[1]);
+    free(rt->seen_key), free(rt->lv[0]), free(rt->lv[1]);
     pthread_mutex_destroy(&rt->mu);
     free(rt);
 }
@@ -644,20 +688,17 @@ void tide_cons_set_slices(int on) { atomic_store(&use_slices, on); }
 
 #define SLICE_PAIRS 1024 /* exploration budget: (set, UTF-8 position) pairs */
 
-/* Records pair (t, u) reached with c characters; whether to explore it
- * (new, or now with fewer characters). -1 when the budget is spent. */
+/* Records pair (t, u) reached with exactly c characters; whether it is
+ * new. Pairs are kept apart by their count (not merged at the fewest), so a
+ * level's list is every pair some text of that many characters reaches:
+ * what "dead after" needs. */
 static int seen_put(cons_rt *rt, int32_t t, int u, int c) {
-    int64_t key = (int64_t)t * 8 + u;
+    int64_t key = ((int64_t)t * 8 + u) * 64 + c; /* c <= CONS_PCAP < 64 */
     uint32_t h = (uint32_t)((uint64_t)key * 0x9E3779B97F4A7C15ull >> 40) & (uint32_t)(rt->seen_cap - 1);
     for (;; h = (h + 1) & (uint32_t)(rt->seen_cap - 1)) {
-        if (rt->seen_key[h] == key) {
-            if (rt->seen_c[h] <= c) return 0;
-            rt->seen_c[h] = (int16_t)c;
-            return 1;
-        }
+        if (rt->seen_key[h] == key) return 0;
         if (rt->seen_key[h] < 0) {
             rt->seen_key[h] = key;
-            rt->seen_c[h] = (int16_t)c;
             return 1;
         }
     }
@@ -666,16 +707,16 @@ static int seen_put(cons_rt *rt, int32_t t, int u, int c) {
 /* The most characters n <= cap such that every text of slice class k of at
  * most n characters (the last one possibly cut) is live from set s: a
  * breadth-first exploration of (set, UTF-8 position) pairs by characters,
- * stopping at the first dead text. -1 on a matcher error. Under rt->mu. */
-static int slice_reach(cons_rt *rt, int k, int32_t s, int cap, int *dead_after, tide_status *st) {
+ * stopping at the first dead text; 0 (no slice) when a matcher limit is
+ * near. Under rt->mu. */
+static int slice_reach(cons_rt *rt, const cons_class *k, int32_t s, int cap, int *dead_after) {
     *dead_after = 0;
     if (!rt->seen_key) {
         rt->seen_cap = 4 * SLICE_PAIRS;
         rt->seen_key = malloc((size_t)rt->seen_cap * sizeof *rt->seen_key);
-        rt->seen_c = malloc((size_t)rt->seen_cap * sizeof *rt->seen_c);
         rt->lv[0] = malloc(SLICE_PAIRS * sizeof *rt->lv[0]);
         rt->lv[1] = malloc(SLICE_PAIRS * sizeof *rt->lv[1]);
-        if (!rt->seen_key || !rt->seen_c || !rt->lv[0] || !rt->lv[1]) return 0; /* no slice: still exact */
+        if (!rt->seen_key || !rt->lv[0] || !rt->lv[1]) return 0; /* no slice: still exact */
     }
     memset(rt->seen_key, 0xff, (size_t)rt->seen_cap * sizeof *rt->seen_key);
     cm *m = &rt->m;
@@ -695,7 +736,7 @@ static int slice_reach(cons_rt *rt, int k, int32_t s, int cap, int *dead_after, 
                 rt->cstamp = 1;
             }
             for (int b = lo; b <= hi; b++) {
-                if (u == U_B && b < 0x80 && !slice_ascii(k, (uint8_t)b)) continue;
+                if (u == U_B && (b < 0x80 ? !slice_ascii(k, (uint8_t)b) : !k->nonascii)) continue;
                 int starts, nu = utf8_next(u, (uint8_t)b, &starts);
                 if (nu < 0) continue;
                 uint32_t *dn = &rt->cdone[m->cls[b] * 8 + nu]; /* a class steps alike */
@@ -705,11 +746,11 @@ static int slice_reach(cons_rt *rt, int k, int32_t s, int cap, int *dead_after, 
                 /* past a failure only a new character's first byte matters:
                  * whether every next character is dead */
                 if (c > cap || c > minfail || (c == minfail && !starts)) continue;
+                /* a limit reached exploring is no slice (the walk meets it
+                 * only if it needs those states) */
+                if (m->n_sets > CM_MAX_SETS / 2) return 0;
                 int32_t t = cm_step(m, x, (uint8_t)b);
-                if (t == CM_ERROR) {
-                    if (st) *st = m->st;
-                    return -1;
-                }
+                if (t == CM_ERROR) return 0;
                 if (t == CM_DEAD) {
                     if (c < minfail) minfail = c;
                     continue;
@@ -726,7 +767,7 @@ static int slice_reach(cons_rt *rt, int k, int32_t s, int cap, int *dead_after, 
                 rt->lv[to][rt->nlv[to]++] = (int64_t)t * 8 + nu;
             }
         }
-        if (minfail == level + 1) /* every text of this many characters live, and no longer one */
+        if (minfail == level + 1 && minfail <= cap) /* every text of this many characters live, and no longer one */
             *dead_after = !live_next;
         rt->nlv[cur] = 0;
         cur = nx;
@@ -747,18 +788,36 @@ static int walk(cons_rt *rt, int32_t s, uint32_t *mask, tide_status *st) {
     const int16_t *km = NULL, *kp = NULL;
     int kn = 0, kdead = 0;
     if (atomic_load(&use_slices)) {
-        int best = 0, bk = -1, bdead = 0;
-        for (int k = 0; k < CONS_NK; k++) {
-            int dead, n = slice_reach(rt, k, s, v->pcap[k], &dead, st);
-            if (n < 0) return -1;
-            if (n > best || (n == best && n > 0 && dead && !bdead)) best = n, bk = k, bdead = dead;
+        int best = 0, bdead = 0;
+        const cons_class *bk = NULL;
+        for (int k = 0; k <= CONS_NK_FIXED; k++) {
+            const cons_class *cl = k < CONS_NK_FIXED ? &v->cls[k] : NULL;
+            if (!cl) { /* short of a fixed slice: the class of the ASCII bytes the position takes twice */
+                if (best >= 4) break;
+                uint32_t ascii[4] = {0};
+                int any = 0;
+                for (int b = 0; b < 0x80; b++) {
+                    int32_t t = rt->m.n_sets > CM_MAX_SETS / 2 ? CM_ERROR : cm_step(&rt->m, s, (uint8_t)b);
+                    if (t >= 0) t = cm_step(&rt->m, t, (uint8_t)b);
+                    if (t == CM_ERROR) { /* no slice */
+                        any = 0;
+                        break;
+                    }
+                    if (t >= 0) ascii[b >> 5] |= 1u << (b & 31), any = 1;
+                }
+                int n_in = 0; /* worth it for a run of many kinds of character only (not structure) */
+                for (int w = 0; w < 4; w++) n_in += __builtin_popcount(ascii[w]);
+                if (!any || n_in < 8 || !(cl = class_get((tide_cons_vocab *)v, ascii))) break;
+            }
+            int dead, n = slice_reach(rt, cl, s, cl->pcap, &dead);
+            if (n > best || (n == best && n > 0 && dead && !bdead)) best = n, bk = cl, bdead = dead;
         }
-        if (bk >= 0) {
-            km = v->kmax[bk];
-            kp = v->kpath[bk];
+        if (bk) {
+            km = bk->kmax;
+            kp = bk->kpath;
             kn = best;
             kdead = bdead;
-            memcpy(mask, v->pk[bk] + (size_t)best * rt->n_words, (size_t)rt->n_words * sizeof *mask);
+            memcpy(mask, bk->pk + (size_t)best * rt->n_words, (size_t)rt->n_words * sizeof *mask);
         }
     }
     if (!km) memset(mask, 0, (size_t)rt->n_words * sizeof *mask);
