@@ -109,7 +109,7 @@ if (mode === "make") {
                  tool_calls: (ch.message.tool_calls || []).map((t) => ({ name: t.function.name, arguments: t.function.arguments })) });
     }
   };
-  await Promise.all([worker(), worker(), worker(), worker()]);
+  await Promise.all(Array.from({ length: Number(process.env.STRUCTURED_CONCURRENCY || 4) }, worker));
   for (const r of out) process.stdout.write(JSON.stringify(r) + "\n");
   const bad = await post({ model: "tide", messages: [{ role: "user", content: "x" }],
                            response_format: { type: "json_schema", json_schema: { name: "a", schema: { type: "object", properties: { a: { not: {} } } } } } });
@@ -129,16 +129,17 @@ if (mode === "make") {
     const c = corpus[q.item];
     const kind = q.auto ? "auto_tools" : q.tool ? "tool_call" : c.kind;
     kinds[kind] = (kinds[kind] || 0) + 1;
-    const fail = (why) => { bad++; console.log(`INVALID id ${r.id} (${c.kind} ${JSON.stringify(c.text).slice(0, 120)}): ${why}: ${JSON.stringify(r.text)}`); };
+    let counted = false, failed = false; // a result is counted once: stop (valid), length, or invalid
+    const fail = (why) => { if (!failed) { bad++; if (counted) stop--; failed = true; } console.log(`INVALID id ${r.id} (${c.kind} ${JSON.stringify(c.text).slice(0, 120)}): ${why}: ${JSON.stringify(r.text)}`); };
     if (r.finish_reason === "length") { length++; continue; }
     if (q.auto) { // tool_choice auto with a strict tool: text, or calls
       if (r.finish_reason === "stop") {
-        stop++;
+        stop++, counted = true;
         if (r.text.includes("<\uff5cDSML\uff5c")) fail("a DSML marker in the text");
         continue;
       }
       if (r.finish_reason !== "tool_calls") { fail(`finish_reason ${r.finish_reason} ${r.error || ""}`); continue; }
-      stop++;
+      stop++, counted = true;
       const validate = ajv.compile(c.text);
       for (const call of r.tool_calls) {
         if (call.name !== q.auto) continue; // the non-strict tool: any arguments
@@ -150,7 +151,7 @@ if (mode === "make") {
     }
     if (q.tool) { // a forced tool call
       if (r.finish_reason !== "tool_calls") { fail(`finish_reason ${r.finish_reason}, not tool_calls`); continue; }
-      stop++;
+      stop++, counted = true;
       const validate = ajv.compile(c.text);
       for (const call of r.tool_calls) {
         if (call.name !== q.tool) { fail(`called ${call.name}`); continue; }
@@ -161,7 +162,7 @@ if (mode === "make") {
       continue;
     }
     if (r.finish_reason !== "stop") { fail(`finish_reason ${r.finish_reason} ${r.error || ""}`); continue; }
-    stop++;
+    stop++, counted = true;
     if (c.kind === "json_schema") {
       let v;
       try { v = JSON.parse(r.text); } catch (e) { fail("not JSON"); continue; }
