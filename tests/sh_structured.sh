@@ -40,11 +40,11 @@ M="$WORK/m"
 "$TIDE" synth --shape tiny --seed "$SEED" -o "$M" --tokenizer "$TOK" >/dev/null 2>&1 || { echo "FAIL synth"; exit 1; }
 CORPUS=$SRC/tests/data/structured/corpus.jsonl
 N=${TIDE_STRUCTURED_N:-18}
-node "$SRC/tools/npm/structured_check.mjs" make "$CORPUS" "$N" 32 4 >"$WORK/req.jsonl" || { echo "FAIL make"; exit 1; }
+node "$SRC/tools/npm/structured_check.mjs" make "$CORPUS" "$N" 32 4 6 >"$WORK/req.jsonl" || { echo "FAIL make"; exit 1; }
 "$TIDE" run --model "$M" --input "$WORK/req.jsonl" --output "$WORK/out.jsonl" --seed "$SEED" 2>"$WORK/err" \
     || { fail "tide run"; tail -5 "$WORK/err"; }
 node "$SRC/tools/npm/structured_check.mjs" check "$CORPUS" "$WORK/req.jsonl" "$WORK/out.jsonl" \
-    && ok "$N constrained generations and 4 forced tool calls valid (ajv / RegExp)" || fail "constrained generations"
+    && ok "$N constrained generations, 4 forced tool calls and 6 with strict tools under tool_choice auto valid (ajv / RegExp)" || fail "constrained generations"
 
 # the same requests through tide serve (Chat Completions over HTTP), and a
 # 400 naming an unsupported keyword
@@ -52,7 +52,7 @@ source "$SRC/tests/serve_start.sh"
 if serve_start "$TIDE" "$WORK" --model "$M" --seed "$SEED"; then
     node "$SRC/tools/npm/structured_check.mjs" serve "$CORPUS" "http://127.0.0.1:$port" "$WORK/req.jsonl" >"$WORK/srv.jsonl" \
         && node "$SRC/tools/npm/structured_check.mjs" check "$CORPUS" "$WORK/req.jsonl" "$WORK/srv.jsonl" \
-        && ok "the same through tide serve, valid; unsupported keyword: 400 naming it" || fail "through tide serve"
+        && ok "the same through tide serve (the strict-tools ones over Chat Completions, Responses and Messages), valid; unsupported keyword: 400 naming it" || fail "through tide serve"
     kill "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
 else

@@ -45,6 +45,10 @@ static void test_fields(void **state) {
     assert_int_equal(req.gen.guided, 1 + TIDE_CONS_GBNF);
     assert_string_equal(req.gen.guided_param, "structured_outputs.grammar");
     tide_api_req_free(&req);
+    parse_ok("{" MSG ", \"guided_grammar\": \"start: \\\"a\\\" NAME\\nNAME: /[a-z]+/\"}", &req); /* Lark: no ::= */
+    assert_int_equal(req.gen.guided, 1 + TIDE_CONS_LARK);
+    assert_string_equal(req.gen.guided_text, "start: \"a\" NAME\nNAME: /[a-z]+/");
+    tide_api_req_free(&req);
     /* choices with regex syntax match themselves only */
     parse_ok("{" MSG ", \"guided_choice\": [\"a.b\", \"(x)?\", \"1+1\"]}", &req);
     assert_int_equal(req.gen.guided, 1 + TIDE_CONS_REGEX);
@@ -68,7 +72,34 @@ static void test_fields(void **state) {
     parse_bad("{" MSG ", \"guided_json\": [1]}", "guided_json: expected a JSON schema");
 }
 
+/* "strict": true on a tool is read by all three APIs (a constraint with
+ * tool_choice auto, docs/structured.md); absent or false is not strict. */
+static void test_strict_tools(void **state) {
+    (void)state;
+    static const struct { tide_api_kind k; const char *body; } cases[] = {
+        {TIDE_API_CHAT, "{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", \"strict\": true, "
+                        "\"parameters\": {\"type\": \"object\"}}}, {\"type\": \"function\", \"function\": {\"name\": \"b\"}}]}"},
+        {TIDE_API_RESPONSES, "{\"input\": \"x\", \"tools\": [{\"type\": \"function\", \"name\": \"a\", \"strict\": true, "
+                             "\"parameters\": {\"type\": \"object\"}}, {\"type\": \"function\", \"name\": \"b\", \"strict\": false}]}"},
+        {TIDE_API_MESSAGES, "{\"model\": \"m\", \"max_tokens\": 5, " MSG ", \"tools\": [{\"name\": \"a\", \"strict\": true, "
+                            "\"input_schema\": {\"type\": \"object\"}}, {\"name\": \"b\", \"input_schema\": {\"type\": \"object\"}}]}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tide_api_req req;
+        tide_api_err err = {0};
+        if (tide_api_parse(cases[i].k, cases[i].body, strlen(cases[i].body), &req, &err) != 0) {
+            fprintf(stderr, "%s: %s\n", cases[i].body, err.st.msg);
+            fail();
+        }
+        assert_int_equal(req.conv.n_tools, 2);
+        assert_int_equal(req.gen.tool_choice, TIDE_TOOLS_AUTO);
+        assert_int_equal(req.conv.tools[0].strict, 1);
+        assert_int_equal(req.conv.tools[1].strict, 0);
+        tide_api_req_free(&req);
+    }
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fields)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_fields), cmocka_unit_test(test_strict_tools)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

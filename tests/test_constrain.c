@@ -83,6 +83,59 @@ static void test_gbnf(void **state) {
     check_table(TIDE_CONS_GBNF, cases, sizeof cases / sizeof cases[0]);
 }
 
+static void test_lark(void **state) {
+    (void)state;
+    static const rx_case cases[] = {
+        {"start: expr\nexpr: term ((\"+\" | \"-\") term)*\nterm: NUMBER | \"(\" expr \")\"\n%import common.NUMBER\n%ignore WS\n"
+         "%import common.WS",
+         {"1+2", " 1 + ( 2.5e3 - 4 ) ", "(((7)))", ".5-1."}, {"1+", "(1", "1 2", "e3"}},
+        {"// comment\nstart: \"a\"i \"b\"..\"d\"~2..3 [X] /[0-9]+/ -> alias\nX: \"x\"\n  | \"y\"  // more\n",
+         {"Abc1", "abcdx9", "acby12"}, {"abx1", "abcdex1", "ab1"}},
+        {"?start: item+\n!item.2: \"\\u00e9\" | /[a-c]/ | \"\\n\"", {"\xc3\xa9", "ab\nc"}, {"", "d"}},
+        {"%import common (ESCAPED_STRING, SIGNED_NUMBER -> NUM, CNAME)\nstart: \"[\" [value (\",\" value)*] \"]\"\n"
+         "value: ESCAPED_STRING | NUM | CNAME\n%ignore \" \"",
+         {"[\"a\\\"b\", -1.5 ]", "[]", " [ x_1 ,2] "}, {"[\"a]", "[1,]", "[\"a\nb\"]"}},
+        {"start: (\"ab\")~2 \"x\"~0..1", {"abab", "ababx"}, {"ab", "ababab"}},
+    };
+    check_table(TIDE_CONS_LARK, cases, sizeof cases / sizeof cases[0]);
+    assert_int_equal(tide_cons_grammar_kind("root ::= \"a\"", 12), TIDE_CONS_GBNF);
+    assert_int_equal(tide_cons_grammar_kind("start: \"a\"", 11), TIDE_CONS_LARK);
+}
+
+/* The same grammar written in GBNF and in Lark accepts the same strings:
+ * random grammars over a small alphabet, random strings. */
+static void test_lark_vs_gbnf(void **state) {
+    (void)state;
+    uint64_t seed = tu_seed();
+    tu_rng r = {seed};
+    static const char *const atoms_g[] = {"\"a\"", "\"b\"", "[a-c]", "\"ab\"", "x", "(\"c\" | \"a\")", "[^a]"};
+    static const char *const atoms_l[] = {"\"a\"", "\"b\"", "\"a\"..\"c\"", "\"ab\"", "x", "(\"c\" | \"a\")", "/[^a]/"};
+    static const char *const reps_g[] = {"", "*", "+", "?", "{2}", "{1,3}"};
+    static const char *const reps_l[] = {"", "*", "+", "?", "~2", "~1..3"};
+    for (int rep = 0; rep < 40; rep++) {
+        char g1[512] = "root ::= ", l1[512] = "start: ";
+        int parts = 1 + (int)(tu_next(&r) % 4);
+        for (int p = 0; p < parts; p++) {
+            int a = (int)(tu_next(&r) % 7), q = (int)(tu_next(&r) % 6);
+            if (p && tu_next(&r) % 4 == 0) strcat(g1, " | "), strcat(l1, " | ");
+            strcat(g1, atoms_g[a]), strcat(g1, reps_g[q]), strcat(g1, " ");
+            strcat(l1, atoms_l[a]), strcat(l1, reps_l[q]), strcat(l1, " ");
+        }
+        strcat(g1, "\nx ::= \"b\" [a-b]?"), strcat(l1, "\nx: \"b\" /[a-b]/?");
+        tide_cons_grammar *gg = compile_ok(TIDE_CONS_GBNF, g1), *gl = compile_ok(TIDE_CONS_LARK, l1);
+        for (int k = 0; k < 200; k++) {
+            char s[12];
+            int n = (int)(tu_next(&r) % 8);
+            for (int i = 0; i < n; i++) s[i] = "abcd"[tu_next(&r) % 4];
+            s[n] = 0;
+            int a = matches(gg, s), b = matches(gl, s);
+            if (a != b) fprintf(stderr, "seed %llu: \"%s\": GBNF [%s] %d, Lark [%s] %d\n", (unsigned long long)seed, s, g1, a, l1, b);
+            assert_int_equal(a, b);
+        }
+        tide_cons_grammar_unref(gg), tide_cons_grammar_unref(gl);
+    }
+}
+
 static void test_tool_calls(void **state) {
     (void)state;
 #define P_OPEN "<\xef\xbd\x9c" "DSML\xef\xbd\x9c parameter name=\""
@@ -105,6 +158,19 @@ static void test_tool_calls(void **state) {
           "\n" I_CLOSE C_CLOSE, /* too long */
           C_OPEN I_OPEN "z\">\n\n" I_CLOSE "\n" I_OPEN "z\">\n\n" I_CLOSE C_CLOSE, /* two calls, not parallel */
           C_OPEN I_OPEN "y\">\n\n" I_CLOSE C_CLOSE}},
+        /* tool_choice auto: text, then maybe calls; w strict (its schema), f not (any parameters) */
+        {"{\"parallel\":true,\"auto\":true,\"tools\":[{\"name\":\"w\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+         "\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"n\"]}},"
+         "{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\"}}}}]}",
+         {"", "Plain text, with < and <b> but no bar marker.",
+          "Let me check. " C_OPEN I_OPEN "w\">\n" P_OPEN "n\" string=\"false\">3" P_CLOSE "\n" I_CLOSE C_CLOSE,
+          C_OPEN I_OPEN "f\">\n" P_OPEN "anything\" string=\"true\">x < y" P_CLOSE "\n" P_OPEN "k\" string=\"false\">[1]" P_CLOSE
+          "\n" I_CLOSE "\n" I_OPEN "f\">\n\n" I_CLOSE C_CLOSE},
+         {C_OPEN I_OPEN "w\">\n" P_OPEN "n\" string=\"false\">9" P_CLOSE "\n" I_CLOSE C_CLOSE, /* strict: n <= 7 */
+          C_OPEN I_OPEN "w\">\n\n" I_CLOSE C_CLOSE,                                              /* strict: n required */
+          "text <\xef\xbd\x9c" "DSML\xef\xbd\x9c calls> not a block",                             /* the marker in text */
+          C_OPEN I_OPEN "w\">\n" P_OPEN "n\" string=\"false\">3" P_CLOSE "\n" I_CLOSE C_CLOSE " after",  /* text after calls */
+          C_OPEN I_OPEN "f\">\n" P_OPEN "q\" string=\"true\">a</b" P_CLOSE "\n" I_CLOSE C_CLOSE}},   /* "</" in a free value */
     };
     check_table(TIDE_CONS_TOOLS, cases, sizeof cases / sizeof cases[0]);
 }
@@ -121,6 +187,18 @@ static void expect_error(tide_cons_kind k, const char *text, const char *needle)
 
 static void test_errors(void **state) {
     (void)state;
+    expect_error(TIDE_CONS_LARK, "start: a\na: a \"x\" | \"y\"", "left recursion");
+    expect_error(TIDE_CONS_LARK, "start: \"a\" b", "rule \"b\" is used but never defined");
+    expect_error(TIDE_CONS_LARK, "start: \"a\" /x/i", "line 1, column 15: regex flags are not supported");
+    expect_error(TIDE_CONS_LARK, "start: A\nA: b\nb: \"x\"", "line 2, column 4: a terminal cannot use a rule");
+    expect_error(TIDE_CONS_LARK, "x: \"a\"", "no \"start\" rule");
+    expect_error(TIDE_CONS_LARK, "start: \"a\"\n%declare X", "directive not supported");
+    expect_error(TIDE_CONS_LARK, "%import other.X\nstart: \"a\"", "only %import common");
+    expect_error(TIDE_CONS_LARK, "%import common.FOO\nstart: \"a\"", "not a terminal of common");
+    expect_error(TIDE_CONS_LARK, "start: _sep{x}", "templates are not supported");
+    expect_error(TIDE_CONS_LARK, "start: (\"a\"", "missing )");
+    expect_error(TIDE_CONS_LARK, "start: \"a\"~5..2", "out of order");
+    expect_error(TIDE_CONS_LARK, "start: \"ab\"..\"z\"", "one character each");
     expect_error(TIDE_CONS_REGEX, "(?=a)b", "lookaround");
     expect_error(TIDE_CONS_REGEX, "(a)\\1", "backreferences");
     expect_error(TIDE_CONS_REGEX, "\\bfoo", "\\b");
@@ -222,6 +300,8 @@ static void test_schema(void **state) {
          {"{}", "{\"next\":{}}", "{\"next\":{\"next\":{}}}"}, {"{\"next\":1}"}},
         {"{\"type\":\"string\",\"format\":\"date-time\"}", {"\"2024-02-29T12:30:00Z\"", "\"1999-12-31t23:59:60.5+05:30\""},
          {"\"2024-13-01T00:00:00Z\"", "\"2024-01-01\""}},
+        {"{\"type\":\"string\",\"format\":\"date\"}", {"\"2024-02-29\"", "\"2000-02-29\"", "\"0000-02-29\"", "\"2023-04-30\"", "\"2023-12-31\""},
+         {"\"2023-02-29\"", "\"1900-02-29\"", "\"2023-11-31\"", "\"2023-06-31\"", "\"2024-02-30\""}},
         {"{\"type\":\"string\",\"format\":\"ipv4\"}", {"\"192.168.0.1\""}, {"\"256.1.1.1\"", "\"01.1.1.1\""}},
         {"{\"type\":\"string\",\"format\":\"ipv6\"}", {"\"::1\"", "\"fe80::1:2\"", "\"1:2:3:4:5:6:7:8\"", "\"::ffff:1.2.3.4\""},
          {"\"1:2:3:4:5:6:7:8:9\"", "\"1::2::3\""}},
@@ -386,6 +466,154 @@ static void test_mask_brute(void **state) {
     free_vocab(&vb);
 }
 
+/* ---- slices against the plain walk on random constraints ------------------------ */
+
+static const char *pick(tu_rng *r, const char *const *a, size_t n) { return a[tu_next(r) % n]; }
+
+/* A random regex from pieces: classes, literals, repeats, groups. */
+static void rand_regex(tu_rng *r, char *out, size_t cap, int depth) {
+    static const char *const atoms[] = {"[a-z]", "[^\"]", ".", "[^<]", "x", "\\d", "[a-zA-Z\u00e9]", "ab", "\"",
+                                        "[ -~]", "[^a]", "\\w", "\u00e9", "[^\\\\\"\\n]", " "};
+    static const char *const reps[] = {"", "", "*", "+", "?", "{0,3}", "{1,12}", "{2}", "{0,30}", "{5,}"};
+    size_t len = strlen(out);
+    int parts = 1 + (int)(tu_next(r) % 4);
+    for (int p = 0; p < parts && len + 64 < cap; p++) {
+        if (depth < 2 && tu_next(r) % 5 == 0) {
+            strcat(out, "(");
+            rand_regex(r, out, cap, depth + 1);
+            strcat(out, tu_next(r) % 2 ? "|" : ")");
+            if (out[strlen(out) - 1] == '|') {
+                rand_regex(r, out, cap, depth + 1);
+                strcat(out, ")");
+            }
+        } else strcat(out, pick(r, atoms, sizeof atoms / sizeof atoms[0]));
+        strcat(out, pick(r, reps, sizeof reps / sizeof reps[0]));
+        len = strlen(out);
+    }
+}
+
+/* A random JSON Schema: strings (lengths, patterns, formats, enums),
+ * numbers with bounds, arrays, objects with optional members. */
+static void rand_schema(tu_rng *r, char *out, size_t cap, int depth) {
+    char buf[2048];
+    int k = (int)(tu_next(r) % (depth < 2 ? 7 : 4));
+    switch (k) {
+    case 0:
+        snprintf(buf, sizeof buf, "{\"type\":\"string\",\"minLength\":%d,\"maxLength\":%d}", (int)(tu_next(r) % 3),
+                 3 + (int)(tu_next(r) % 40));
+        break;
+    case 1: snprintf(buf, sizeof buf, "{\"type\":\"string\"%s}", tu_next(r) % 2 ? ",\"format\":\"email\"" : ""); break;
+    case 2:
+        snprintf(buf, sizeof buf, "{\"type\":\"%s\",\"minimum\":%d,\"maximum\":%d}", tu_next(r) % 2 ? "integer" : "number",
+                 -(int)(tu_next(r) % 50), (int)(tu_next(r) % 5000));
+        break;
+    case 3: snprintf(buf, sizeof buf, "{\"type\":\"string\",\"pattern\":\"^[a-z ]{1,%d}$\"}", 1 + (int)(tu_next(r) % 20)); break;
+    case 4: case 5: {
+        char a[1024] = "", b[1024] = "";
+        rand_schema(r, a, sizeof a, depth + 1);
+        rand_schema(r, b, sizeof b, depth + 1);
+        snprintf(buf, sizeof buf, "{\"type\":\"object\",\"properties\":{\"name\":%s,\"b\":%s},\"required\":[\"name\"]%s}", a, b,
+                 tu_next(r) % 2 ? ",\"additionalProperties\":false" : "");
+        break;
+    }
+    default: {
+        char a[1024] = "";
+        rand_schema(r, a, sizeof a, depth + 1);
+        snprintf(buf, sizeof buf, "{\"type\":\"array\",\"items\":%s,\"maxItems\":%d}", a, 1 + (int)(tu_next(r) % 4));
+    }
+    }
+    if (strlen(out) + strlen(buf) < cap) strcat(out, buf);
+}
+
+/* The mask with slices on (the fast path) equals the mask with slices off
+ * (every live node walked) and the brute-force check of every token, at
+ * every step of random generations of random regexes and schemas. The
+ * vocabulary adds long tokens of letters, spaces and UTF-8 (so slices of
+ * many characters, and tokens past a string's remaining length, occur). */
+static void test_mask_slices(void **state) {
+    (void)state;
+    uint64_t seed = tu_seed();
+    tu_rng r = {seed};
+    vocab vb = make_vocab(&r, 900, NULL, 0);
+    for (int i = 700; i < vb.n - 3; i++) { /* long text tokens */
+        static const char *const atoms[] = {"a", "b", "x", " ", "\xc3\xa9", "ab", "0", "\xe2\x82\xac", "-", "\xc3", "\"", "<"};
+        char buf[64] = {0};
+        size_t len = 0;
+        int parts = 3 + (int)(tu_next(&r) % 20);
+        for (int k = 0; k < parts; k++) {
+            const char *a = atoms[tu_next(&r) % (tu_next(&r) % 4 ? 9 : 12)];
+            if (len + strlen(a) < sizeof buf) memcpy(buf + len, a, strlen(a)), len += strlen(a);
+        }
+        free(vb.b[i]);
+        vb.b[i] = malloc(len);
+        memcpy(vb.b[i], buf, len);
+        vb.len[i] = (uint32_t)len;
+    }
+    for (int i = vb.n - 3; i < vb.n; i++) vb.skip[i] = 1;
+    tide_cons_vocab *cv = NULL;
+    tide_status st = {0};
+    assert_int_equal(tide_cons_vocab_new((const uint8_t *const *)vb.b, vb.len, vb.skip, vb.n, &cv, &st), 0);
+    int32_t end = vb.n - 1;
+    int nw = (vb.n + 31) / 32;
+    uint32_t *fast = calloc((size_t)nw, 4), *slow = calloc((size_t)nw, 4);
+    for (int rep = 0; rep < 24; rep++) {
+        char text[4096] = "";
+        tide_cons_kind kind = rep % 2 ? TIDE_CONS_REGEX : TIDE_CONS_JSON_SCHEMA;
+        if (kind == TIDE_CONS_REGEX) rand_regex(&r, text, sizeof text, 0);
+        else rand_schema(&r, text, sizeof text, 0);
+        tide_cons_grammar *ga = NULL, *gb = NULL; /* two compilations: their mask caches are apart */
+        if (tide_cons_compile(kind, text, strlen(text), &ga, &st) != 0) continue; /* e.g. a regex with nothing to match */
+        assert_int_equal(tide_cons_compile(kind, text, strlen(text), &gb, &st), 0);
+        tide_cons *ca = NULL, *cb = NULL;
+        assert_int_equal(tide_cons_new(ga, cv, &ca, &st), 0);
+        assert_int_equal(tide_cons_new(gb, cv, &cb, &st), 0);
+        for (int steps = 0; steps < 80; steps++) {
+            tide_cons_set_slices(1);
+            int ra = tide_cons_mask(ca, fast, &end, 1, &st);
+            tide_cons_set_slices(0);
+            int rb = tide_cons_mask(cb, slow, &end, 1, &st);
+            tide_cons_set_slices(1);
+            if (ra != rb) fprintf(stderr, "seed %llu %s: step %d: fast %d, plain %d: %s\n", (unsigned long long)seed, text, steps, ra, rb, st.msg);
+            assert_int_equal(ra, rb);
+            if (ra != 0) break;
+            for (int t = 0; t < vb.n; t++) {
+                int got = (fast[t >> 5] >> (t & 31)) & 1, want = (slow[t >> 5] >> (t & 31)) & 1, brute;
+                if (t == end) brute = tide_cons_complete(ca);
+                else if (vb.skip[t]) brute = 0;
+                else {
+                    tide_status s2 = {0};
+                    brute = tide_cons_accept(ca, t, &end, 1, &s2) == 0;
+                    if (brute) assert_int_equal(tide_cons_rollback(ca, 1, &s2), 0);
+                }
+                if (got != want || got != brute)
+                    fprintf(stderr, "seed %llu %s: step %d token %d [%.*s]: fast %d, plain %d, brute force %d\n",
+                            (unsigned long long)seed, text, steps, t, (int)vb.len[t], (const char *)vb.b[t], got, want, brute);
+                assert_int_equal(got, want);
+                assert_int_equal(got, brute);
+            }
+            /* a random allowed token; the longest one a third of the time (to run strings to their bounds) */
+            int best = -1;
+            if (tide_cons_complete(ca) && tu_next(&r) % 4 == 0) best = end;
+            for (int tries = 0; best < 0 && tries < 4000; tries++) {
+                int t = (int)(tu_next(&r) % (uint64_t)vb.n);
+                if ((fast[t >> 5] >> (t & 31)) & 1) best = t;
+            }
+            if (best < 0) break;
+            if (best != end && tu_next(&r) % 3 == 0)
+                for (int t = 0; t < vb.n - 3; t++)
+                    if (((fast[t >> 5] >> (t & 31)) & 1) && vb.len[t] > vb.len[best]) best = t;
+            assert_int_equal(tide_cons_accept(ca, best, &end, 1, &st), 0);
+            assert_int_equal(tide_cons_accept(cb, best, &end, 1, &st), 0);
+            if (best == end || tide_cons_done(ca)) break;
+        }
+        tide_cons_free(ca), tide_cons_free(cb);
+        tide_cons_grammar_unref(ga), tide_cons_grammar_unref(gb);
+    }
+    free(fast), free(slow);
+    tide_cons_vocab_free(cv);
+    free_vocab(&vb);
+}
+
 static void test_gate_and_cache(void **state) {
     (void)state;
     const uint8_t *b[4] = {(const uint8_t *)"a", (const uint8_t *)"b", (const uint8_t *)"</t>", (const uint8_t *)""};
@@ -430,11 +658,14 @@ int main(void) {
         cmocka_unit_test(test_regex),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_gbnf),
+        cmocka_unit_test(test_lark),
+        cmocka_unit_test(test_lark_vs_gbnf),
         cmocka_unit_test(test_tool_calls),
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_number_bounds),
         cmocka_unit_test(test_canon),
         cmocka_unit_test(test_mask_brute),
+        cmocka_unit_test(test_mask_slices),
         cmocka_unit_test(test_gate_and_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -201,13 +201,19 @@ static int constraint(gen_session *s, const tide_api_req *req, int in_reasoning,
     if (forced && (gen->guided || gen->format != TIDE_FMT_TEXT))
         return tide_fail(st, TIDE_ERR_INVALID, "tool_choice: a forced tool call cannot be combined with another output "
                          "constraint (%s)", gen->guided ? gen->guided_param : "response_format");
-    if (forced) { /* a forced call: its DSML block with arguments per the tools' schemas */
+    /* tool_choice auto with a strict tool (and no other constraint): text,
+     * then maybe a calls block where strict tools' arguments follow their schemas */
+    int strict_auto = 0;
+    for (size_t i = 0; gen->tool_choice == TIDE_TOOLS_AUTO && !gen->guided && gen->format == TIDE_FMT_TEXT &&
+                       i < req->conv.n_tools; i++)
+        strict_auto |= req->conv.tools[i].strict;
+    if (forced || strict_auto) { /* a forced call: its DSML block with arguments per the tools' schemas */
         kind = TIDE_CONS_TOOLS;
         param = "tools";
-        json_t *spec = json_pack("{s:[], s:b}", "tools", "parallel", gen->parallel_tool_calls);
+        json_t *spec = json_pack("{s:[], s:b, s:b}", "tools", "parallel", gen->parallel_tool_calls, "auto", !forced);
         for (size_t i = 0; spec && i < req->conv.n_tools; i++) {
             const tide_tool *t = &req->conv.tools[i];
-            json_t *one = json_pack("{s:s}", "name", t->name);
+            json_t *one = json_pack("{s:s, s:b}", "name", t->name, "strict", t->strict);
             if (one && t->parameters) json_object_set(one, "parameters", t->parameters);
             json_array_append_new(json_object_get(spec, "tools"), one);
         }

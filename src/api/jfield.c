@@ -163,6 +163,7 @@ int tide_add_tool(tide_api_req *req, json_t *fn, const char *path, const char *p
                             TIDE_PYJSON_MAX_DEPTH);
     if (tide_conv_add_tool(&req->conv, name, desc, params, &err->st) != 0)
         return tide_api_bad(err, tide_path_key(p, sizeof p, path, "name"), "%s", err->st.msg);
+    req->conv.tools[req->conv.n_tools - 1].strict = json_is_true(json_object_get(fn, "strict"));
     return 0;
 }
 

@@ -1,5 +1,6 @@
 /* The constraint extensions other servers accept (vLLM's guided_* fields
- * and its structured_outputs object), read into tide_gen.guided: the
+ * and its structured_outputs object; a grammar is GBNF or Lark-style EBNF,
+ * told apart by GBNF's "::="), read into tide_gen.guided: the
  * generation layer compiles them (api/gen_session.c, constrain/). Exactly
  * one constraint per request: two of them, or one with a JSON
  * response_format, is a 400 naming both. */
@@ -23,6 +24,8 @@ static int set(tide_gen *g, tide_cons_kind kind, const char *text, size_t len, c
 
 static int set_string(json_t *v, tide_gen *g, tide_cons_kind kind, const char *param, tide_api_err *err) {
     if (!json_is_string(v)) return tide_api_bad(err, param, "expected string, got %s", tide_json_type_name(v));
+    if (kind == TIDE_CONS_GBNF) /* a grammar: GBNF or Lark, told apart by "::=" */
+        kind = tide_cons_grammar_kind(json_string_value(v), json_string_length(v));
     return set(g, kind, json_string_value(v), json_string_length(v), param, err);
 }
 

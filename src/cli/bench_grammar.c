@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "usage: tide bench grammar [--corpus FILE] [--tokenizer FILE] [--tokens N] [--runs N] [--seed N]\n"
             "\n"
             "Structured outputs: per constraint of the corpus (JSON lines {\"kind\": \"json_schema\" |\n"
-            "\"regex\" | \"gbnf\", \"text\": ...}; default tests/data/structured/corpus.jsonl), the\n"
+            "\"regex\" | \"gbnf\" | \"lark\", \"text\": ...}; default tests/data/structured/corpus.jsonl), the\n"
             "compile time, then a generation of up to --tokens tokens (default 64) of random\n"
             "allowed tokens over the tokenizer's vocabulary padded to %d ids (default the\n"
             "stand-in tokenizer), timing every token mask. Prints p50/p90/p99/max of both, in\n"
@@ -124,7 +124,8 @@ int tide_bench_grammar(int argc, char **argv) {
         const char *kind = json_string_value(json_object_get(o, "kind"));
         json_t *text = json_object_get(o, "text");
         tide_cons_kind k = kind && !strcmp(kind, "regex") ? TIDE_CONS_REGEX
-                           : kind && !strcmp(kind, "gbnf") ? TIDE_CONS_GBNF : TIDE_CONS_JSON_SCHEMA;
+                           : kind && !strcmp(kind, "gbnf") ? TIDE_CONS_GBNF
+                           : kind && !strcmp(kind, "lark") ? TIDE_CONS_LARK : TIDE_CONS_JSON_SCHEMA;
         char *t = json_is_string(text) ? strdup(json_string_value(text)) : json_dumps(text, JSON_COMPACT | JSON_ENCODE_ANY);
         json_decref(o);
         if (!t) continue;
@@ -147,7 +148,7 @@ int tide_bench_grammar(int argc, char **argv) {
                 n_failed++;
                 break;
             }
-            samples *per = k == TIDE_CONS_REGEX ? &mask_r : k == TIDE_CONS_GBNF ? &mask_g : &mask_s;
+            samples *per = k == TIDE_CONS_REGEX ? &mask_r : k == TIDE_CONS_GBNF || k == TIDE_CONS_LARK ? &mask_g : &mask_s;
             int64_t i = 0;
             for (; i < tokens; i++) {
                 double m0 = cpu_now();
@@ -191,7 +192,7 @@ int tide_bench_grammar(int argc, char **argv) {
     report("mask (all)", &mask);
     report("mask (json schema)", &mask_s);
     report("mask (regex)", &mask_r);
-    report("mask (gbnf)", &mask_g);
+    report("mask (gbnf, lark)", &mask_g);
     if (runs > 1) report("mask (warm: runs 2..)", &warm);
     ret = n_failed ? TIDE_EXIT_FAIL : TIDE_EXIT_OK;
 done:

@@ -15,6 +15,74 @@
 
 /* ---- vocabulary trie ------------------------------------------------------- */
 
+/* Slice classes: text whose ASCII bytes are in the class (a bit per byte
+ * below 0x80) and whose other bytes, when the class takes them, are
+ * well-formed UTF-8 (any codepoint from U+0080, surrogates excluded).
+ * Fixed: 0 printable ASCII with tab, newline, carriage return, and the
+ * rest; 1 JSON string content (printable ASCII but '"' and '\\', and the
+ * rest). More are made on demand from the bytes a position takes (ASCII
+ * only, e.g. a hostname's letters, digits, '-' and '.'), up to
+ * CONS_NK_MAX per vocabulary. A slice is used for a position where every
+ * text of the class up to some number of characters is live (checked by
+ * exploring the matcher), so the trie walk skips the subtrees made only of
+ * such tokens. */
+#define CONS_NK_FIXED 2
+#define CONS_NK_MAX 16
+#define CONS_PCAP 32 /* characters up to which a slice's bitsets are kept */
+typedef struct cons_class {
+    uint32_t ascii[4];  /* ASCII bytes of the class */
+    int nonascii;       /* and every well-formed non-ASCII character */
+    int16_t *kmax;      /* [n_nodes] the most characters a token of the subtree starts if all are of the class, else -1 */
+    int16_t *kpath;     /* [n_nodes] characters the node's own bytes start if they are of the class, else -1 */
+    uint32_t *pk;       /* [(pcap + 1) * words]: the class's tokens of at most c characters */
+    int pcap;
+} cons_class;
+static int slice_ascii(const cons_class *k, uint8_t b) { return b < 0x80 && (k->ascii[b >> 5] >> (b & 31) & 1); }
+
+/* UTF-8 positions: 0 between characters; else what the next byte may be
+ * (the first continuation's range depends on the lead byte). */
+enum { U_B, U_1, U_2, U_3, U_E0, U_ED, U_F0, U_F4 };
+/* The next position after byte b at position u (-1: not well-formed);
+ * *starts: b starts a character. */
+static int utf8_next(int u, uint8_t b, int *starts) {
+    *starts = 0;
+    switch (u) {
+    case U_B:
+        *starts = 1;
+        if (b < 0x80) return U_B;
+        if (b >= 0xC2 && b <= 0xDF) return U_1;
+        if (b == 0xE0) return U_E0;
+        if (b == 0xED) return U_ED;
+        if (b >= 0xE1 && b <= 0xEF) return U_2;
+        if (b == 0xF0) return U_F0;
+        if (b >= 0xF1 && b <= 0xF3) return U_3;
+        if (b == 0xF4) return U_F4;
+        return -1;
+    case U_1: return b >= 0x80 && b <= 0xBF ? U_B : -1;
+    case U_2: return b >= 0x80 && b <= 0xBF ? U_1 : -1;
+    case U_3: return b >= 0x80 && b <= 0xBF ? U_2 : -1;
+    case U_E0: return b >= 0xA0 && b <= 0xBF ? U_1 : -1;
+    case U_ED: return b >= 0x80 && b <= 0x9F ? U_1 : -1;
+    case U_F0: return b >= 0x90 && b <= 0xBF ? U_2 : -1;
+    case U_F4: return b >= 0x80 && b <= 0x8F ? U_2 : -1;
+    }
+    return -1;
+}
+
+/* Characters a byte string starts if it is text of class k, else -1. */
+static int slice_count(const cons_class *k, const uint8_t *b, size_t n) {
+    int u = U_B, c = 0;
+    for (size_t i = 0; i < n; i++) {
+        int starts;
+        if (u == U_B && (b[i] < 0x80 ? !slice_ascii(k, b[i]) : !k->nonascii)) return -1;
+        u = utf8_next(u, b[i], &starts);
+        if (u < 0) return -1;
+        c += starts;
+        if (c > 32000) return -1;
+    }
+    return c;
+}
+
 struct tide_cons_vocab {
     int32_t n;                /* vocabulary size (token ids 0..n-1) */
     uint8_t *skip;            /* [n] never allowed */
@@ -28,6 +96,13 @@ struct tide_cons_vocab {
     int32_t *ntok, *nntok;    /* tokens ending here: order[ntok .. ntok+nntok) */
     int32_t *order;
     int max_depth;
+    /* slices (docs/structured.md, "Token masks"): the classes, the first
+     * CONS_NK_FIXED made with the trie, more on demand under cls_mu (a
+     * class is immutable once n_cls counts it) */
+    cons_class cls[CONS_NK_MAX];
+    atomic_int n_cls;
+    pthread_mutex_t cls_mu;
+    int32_t *parent; /* [n_nodes] */
 };
 
 static const struct tide_cons_vocab *sort_v; /* qsort has no context argument: only read under sort_mu */
@@ -54,10 +129,114 @@ void tide_cons_vocab_free(tide_cons_vocab *v) {
     free(v->ntok);
     free(v->nntok);
     free(v->order);
+    for (int k = 0; k < CONS_NK_MAX; k++) free(v->cls[k].kmax), free(v->cls[k].kpath), free(v->cls[k].pk);
+    free(v->parent);
+    pthread_mutex_destroy(&v->cls_mu);
     free(v);
 }
 
 int32_t tide_cons_vocab_size(const tide_cons_vocab *v) { return v->n; }
+
+/* A class's per-node maxima and per-length bitsets (k's bytes set). */
+static int class_build(const tide_cons_vocab *v, cons_class *k) {
+    int32_t words = (v->n + 31) / 32;
+    const int32_t *parent = v->parent;
+    int16_t *km = k->kmax = malloc((size_t)v->n_nodes * sizeof *km);
+    int16_t *kp = k->kpath = malloc((size_t)v->n_nodes * sizeof *kp);
+    uint8_t *ku = malloc((size_t)v->n_nodes);
+    if (!km || !kp || !ku) {
+        free(ku);
+        return -1;
+    }
+    kp[0] = 0, ku[0] = U_B;
+    for (int32_t i = 1; i < v->n_nodes; i++) { /* parents before children */
+        int32_t pa = parent[i];
+        uint8_t b = v->nbyte[i];
+        int in = ku[pa] != U_B || (b < 0x80 ? slice_ascii(k, b) : k->nonascii);
+        int starts, u = kp[pa] < 0 || !in ? -1 : utf8_next(ku[pa], b, &starts);
+        kp[i] = (int16_t)(u < 0 || kp[pa] >= 32000 ? -1 : kp[pa] + starts);
+        ku[i] = (uint8_t)(u < 0 ? U_B : u);
+    }
+    free(ku);
+    int cmax = 0;
+    for (int32_t i = 0; i < v->n_nodes; i++) {
+        km[i] = -2; /* no token yet */
+        if (v->nntok[i]) { /* the node's own bytes: kp unless cut mid-character */
+            int32_t t = v->order[v->ntok[i]];
+            int c = slice_count(k, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
+            km[i] = (int16_t)c;
+            if (c > cmax) cmax = c;
+        }
+    }
+    for (int32_t i = v->n_nodes - 1; i > 0; i--) { /* children before parents */
+        int16_t *pa = &km[parent[i]];
+        if (km[i] == -1 || *pa == -1) *pa = -1;
+        else if (km[i] > *pa) *pa = km[i];
+    }
+    int pc = k->pcap = cmax < CONS_PCAP ? cmax : CONS_PCAP;
+    uint32_t *pk = k->pk = calloc((size_t)(pc + 1) * (size_t)words, sizeof *pk);
+    if (!pk) return -1;
+    for (int32_t t = 0; t < v->n; t++) {
+        if (v->skip[t]) continue;
+        int c = slice_count(k, v->bytes + v->off[t], v->off[t + 1] - v->off[t]);
+        for (int l = c < 0 ? pc + 1 : c; l <= pc; l++) pk[(size_t)l * words + (t >> 5)] |= 1u << (t & 31);
+    }
+    return 0;
+}
+
+/* The trie's parents and the fixed classes (after the trie). */
+static int slices_build(tide_cons_vocab *v) {
+    int32_t *parent = v->parent = malloc((size_t)v->n_nodes * sizeof *parent),
+            *path = malloc(((size_t)v->max_depth + 2) * sizeof *path);
+    if (!parent || !path) {
+        free(path);
+        return -1;
+    }
+    path[0] = 0;
+    parent[0] = -1;
+    for (int32_t i = 1; i < v->n_nodes; i++) {
+        parent[i] = path[v->ndepth[i] - 1];
+        path[v->ndepth[i]] = i;
+    }
+    free(path);
+    for (int k = 0; k < CONS_NK_FIXED; k++) {
+        cons_class *c = &v->cls[k];
+        for (int b = 0x20; b < 0x7f; b++)
+            if (k == 0 || (b != '"' && b != '\\')) c->ascii[b >> 5] |= 1u << (b & 31);
+        if (k == 0) c->ascii[0] |= 1u << '\t' | 1u << '\n' | 1u << '\r';
+        c->nonascii = 1;
+        if (class_build(v, c)) return -1;
+    }
+    atomic_init(&v->n_cls, CONS_NK_FIXED);
+    return 0;
+}
+
+/* The class of these ASCII bytes (no others), made on first use; NULL when
+ * the vocabulary has CONS_NK_MAX classes already or memory is short. */
+static const cons_class *class_get(tide_cons_vocab *v, const uint32_t ascii[4]) {
+    int n = atomic_load(&v->n_cls);
+    for (int k = CONS_NK_FIXED; k < n; k++)
+        if (!v->cls[k].nonascii && !memcmp(v->cls[k].ascii, ascii, sizeof v->cls[k].ascii)) return &v->cls[k];
+    pthread_mutex_lock(&v->cls_mu);
+    const cons_class *r = NULL;
+    n = atomic_load(&v->n_cls);
+    for (int k = CONS_NK_FIXED; k < n && !r; k++)
+        if (!v->cls[k].nonascii && !memcmp(v->cls[k].ascii, ascii, sizeof v->cls[k].ascii)) r = &v->cls[k];
+    if (!r && n < CONS_NK_MAX) {
+        cons_class *c = &v->cls[n];
+        memcpy(c->ascii, ascii, sizeof c->ascii);
+        c->nonascii = 0;
+        if (class_build(v, c) == 0) {
+            atomic_store(&v->n_cls, n + 1);
+            r = c;
+        } else {
+            free(c->kmax), free(c->kpath), free(c->pk);
+            memset(c, 0, sizeof *c);
+        }
+    }
+    pthread_mutex_unlock(&v->cls_mu);
+    return r;
+}
 
 int tide_cons_vocab_new(const uint8_t *const *bytes, const uint32_t *lens, const uint8_t *skip, int32_t n,
                         tide_cons_vocab **out, tide_status *st) {
@@ -65,6 +244,7 @@ int tide_cons_vocab_new(const uint8_t *const *bytes, const uint32_t *lens, const
     if (n <= 0) return tide_fail(st, TIDE_ERR_INVALID, "constraint vocabulary: no tokens");
     tide_cons_vocab *v = calloc(1, sizeof *v);
     if (!v) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory (constraint vocabulary)");
+    pthread_mutex_init(&v->cls_mu, NULL);
     v->n = n;
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -145,6 +325,10 @@ int tide_cons_vocab_new(const uint8_t *const *bytes, const uint32_t *lens, const
     v->nend[0] = nn;
     v->n_nodes = nn;
     free(path);
+    if (slices_build(v) != 0) {
+        tide_cons_vocab_free(v);
+        return tide_fail(st, TIDE_ERR_NOMEM, "out of memory (constraint vocabulary)");
+    }
     *out = v;
     return 0;
 }
@@ -215,6 +399,8 @@ int tide_cons_compile(tide_cons_kind kind, const char *text, size_t len, tide_co
     int rc = -1;
     if (kind == TIDE_CONS_GBNF) {
         rc = tide_gbnf_parse(g, text, len, &lst);
+    } else if (kind == TIDE_CONS_LARK) {
+        rc = tide_lark_parse(g, text, len, &lst);
     } else {
         int32_t r = cg_rule_new(g, "root", 4);
         if (r >= 0) {
@@ -254,6 +440,12 @@ int tide_cons_compile(tide_cons_kind kind, const char *text, size_t len, tide_co
     }
     *out = gr;
     return 0;
+}
+
+tide_cons_kind tide_cons_grammar_kind(const char *text, size_t len) {
+    for (size_t k = 0; k + 3 <= len; k++)
+        if (!memcmp(text + k, "::=", 3)) return TIDE_CONS_GBNF;
+    return TIDE_CONS_LARK;
 }
 
 int tide_cons_grammar_matches(tide_cons_grammar *gr, const char *text, size_t len, tide_status *st) {
@@ -384,6 +576,11 @@ struct cons_rt {
     int n_slots, cap_slots, hand;
     int32_t *walk;          /* [max_depth + 1] states along the trie path */
     const int32_t **rows;   /* [max_depth + 1] their successor rows */
+    /* slice exploration scratch: (set, UTF-8 position) pairs seen, their
+     * fewest characters; the current and next level's pairs */
+    int64_t *seen_key; int32_t seen_cap;
+    int64_t *lv[2]; int32_t nlv[2];
+    uint32_t cdone[256 * 8], cstamp; /* (byte class, UTF-8 position) stepped from the current pair */
 };
 
 static void rt_unref(cons_rt *rt) {
@@ -392,6 +589,7 @@ static void rt_unref(cons_rt *rt) {
     free(rt->masks);
     free(rt->walk);
     free(rt->rows);
+    free(rt->seen_key), free(rt->lv[0]), free(rt->lv[1]);
     pthread_mutex_destroy(&rt->mu);
     free(rt);
 }
@@ -484,10 +682,145 @@ void tide_cons_set_gate(tide_cons *c, int32_t token) {
     c->gated = token >= 0 && c->n_h == 0;
 }
 
-/* Walks the trie from state s into mask (cleared first). Under rt->mu. */
+/* Whether slices are used (tide_cons_set_slices: the tests compare both). */
+static atomic_int use_slices = 1;
+void tide_cons_set_slices(int on) { atomic_store(&use_slices, on); }
+
+#define SLICE_PAIRS 1024 /* exploration budget: (set, UTF-8 position) pairs */
+
+/* Records pair (t, u) reached with exactly c characters; whether it is
+ * new. Pairs are kept apart by their count (not merged at the fewest), so a
+ * level's list is every pair some text of that many characters reaches:
+ * what "dead after" needs. */
+static int seen_put(cons_rt *rt, int32_t t, int u, int c) {
+    int64_t key = ((int64_t)t * 8 + u) * 64 + c; /* c <= CONS_PCAP < 64 */
+    uint32_t h = (uint32_t)((uint64_t)key * 0x9E3779B97F4A7C15ull >> 40) & (uint32_t)(rt->seen_cap - 1);
+    for (;; h = (h + 1) & (uint32_t)(rt->seen_cap - 1)) {
+        if (rt->seen_key[h] == key) return 0;
+        if (rt->seen_key[h] < 0) {
+            rt->seen_key[h] = key;
+            return 1;
+        }
+    }
+}
+
+/* The most characters n <= cap such that every text of slice class k of at
+ * most n characters (the last one possibly cut) is live from set s: a
+ * breadth-first exploration of (set, UTF-8 position) pairs by characters,
+ * stopping at the first dead text; 0 (no slice) when a matcher limit is
+ * near. Under rt->mu. */
+static int slice_reach(cons_rt *rt, const cons_class *k, int32_t s, int cap, int *dead_after) {
+    *dead_after = 0;
+    if (!rt->seen_key) {
+        rt->seen_cap = 4 * SLICE_PAIRS;
+        rt->seen_key = malloc((size_t)rt->seen_cap * sizeof *rt->seen_key);
+        rt->lv[0] = malloc(SLICE_PAIRS * sizeof *rt->lv[0]);
+        rt->lv[1] = malloc(SLICE_PAIRS * sizeof *rt->lv[1]);
+        if (!rt->seen_key || !rt->lv[0] || !rt->lv[1]) return 0; /* no slice: still exact */
+    }
+    memset(rt->seen_key, 0xff, (size_t)rt->seen_cap * sizeof *rt->seen_key);
+    cm *m = &rt->m;
+    int minfail = cap + 1, level = 0, pairs = 1, cur = 0;
+    rt->nlv[0] = rt->nlv[1] = 0;
+    seen_put(rt, s, U_B, 0);
+    rt->lv[0][rt->nlv[0]++] = (int64_t)s * 8 + U_B;
+    while (rt->nlv[cur] > 0 && level < minfail) {
+        int nx = cur ^ 1, live_next = 0;
+        for (int32_t idx = 0; idx < rt->nlv[cur]; idx++) {
+            int64_t e = rt->lv[cur][idx];
+            int32_t x = (int32_t)(e >> 3);
+            int u = (int)(e & 7);
+            int lo = u == U_B ? 0 : 0x80, hi = u == U_B ? 0xF4 : 0xBF;
+            if (++rt->cstamp == 0) {
+                memset(rt->cdone, 0, sizeof rt->cdone);
+                rt->cstamp = 1;
+            }
+            for (int b = lo; b <= hi; b++) {
+                if (u == U_B && (b < 0x80 ? !slice_ascii(k, (uint8_t)b) : !k->nonascii)) continue;
+                int starts, nu = utf8_next(u, (uint8_t)b, &starts);
+                if (nu < 0) continue;
+                uint32_t *dn = &rt->cdone[m->cls[b] * 8 + nu]; /* a class steps alike */
+                if (*dn == rt->cstamp) continue;
+                *dn = rt->cstamp;
+                int c = level + starts;
+                /* past a failure only a new character's first byte matters:
+                 * whether every next character is dead */
+                if (c > cap || c > minfail || (c == minfail && !starts)) continue;
+                /* a limit reached exploring is no slice (the walk meets it
+                 * only if it needs those states) */
+                if (m->n_sets > CM_MAX_SETS / 2) return 0;
+                int32_t t = cm_step(m, x, (uint8_t)b);
+                if (t == CM_ERROR) return 0;
+                if (t == CM_DEAD) {
+                    if (c < minfail) minfail = c;
+                    continue;
+                }
+                if (starts) live_next = 1;
+                if (c >= minfail) continue;
+                int r = seen_put(rt, t, nu, c);
+                if (!r) continue;
+                int to = c == level ? cur : nx;
+                if (++pairs > SLICE_PAIRS || rt->nlv[to] >= SLICE_PAIRS) { /* budget spent: what is fully explored */
+                    int n = minfail - 1 < level - 1 ? minfail - 1 : level - 1;
+                    return n > 0 ? n : 0;
+                }
+                rt->lv[to][rt->nlv[to]++] = (int64_t)t * 8 + nu;
+            }
+        }
+        if (minfail == level + 1 && minfail <= cap) /* every text of this many characters live, and no longer one */
+            *dead_after = !live_next;
+        rt->nlv[cur] = 0;
+        cur = nx;
+        level++;
+    }
+    return minfail - 1;
+}
+
+/* Walks the trie from state s into mask. Under rt->mu. With a slice (class
+ * k, n characters: every text of the class up to n characters is live from
+ * s), the mask starts as the slice's tokens of at most n characters and the
+ * walk skips every subtree made only of them; when moreover no text of the
+ * class of n + 1 characters is live ("dead after"), it skips every subtree
+ * made only of text of the class, and every node whose own bytes are text
+ * of the class of more than n characters. */
 static int walk(cons_rt *rt, int32_t s, uint32_t *mask, tide_status *st) {
     const tide_cons_vocab *v = rt->v;
-    memset(mask, 0, (size_t)rt->n_words * sizeof *mask);
+    const int16_t *km = NULL, *kp = NULL;
+    int kn = 0, kdead = 0;
+    if (atomic_load(&use_slices)) {
+        int best = 0, bdead = 0;
+        const cons_class *bk = NULL;
+        for (int k = 0; k <= CONS_NK_FIXED; k++) {
+            const cons_class *cl = k < CONS_NK_FIXED ? &v->cls[k] : NULL;
+            if (!cl) { /* short of a fixed slice: the class of the ASCII bytes the position takes twice */
+                if (best >= 4) break;
+                uint32_t ascii[4] = {0};
+                int any = 0;
+                for (int b = 0; b < 0x80; b++) {
+                    int32_t t = rt->m.n_sets > CM_MAX_SETS / 2 ? CM_ERROR : cm_step(&rt->m, s, (uint8_t)b);
+                    if (t >= 0) t = cm_step(&rt->m, t, (uint8_t)b);
+                    if (t == CM_ERROR) { /* no slice */
+                        any = 0;
+                        break;
+                    }
+                    if (t >= 0) ascii[b >> 5] |= 1u << (b & 31), any = 1;
+                }
+                int n_in = 0; /* worth it for a run of many kinds of character only (not structure) */
+                for (int w = 0; w < 4; w++) n_in += __builtin_popcount(ascii[w]);
+                if (!any || n_in < 8 || !(cl = class_get((tide_cons_vocab *)v, ascii))) break;
+            }
+            int dead, n = slice_reach(rt, cl, s, cl->pcap, &dead);
+            if (n > best || (n == best && n > 0 && dead && !bdead)) best = n, bk = cl, bdead = dead;
+        }
+        if (bk) {
+            km = bk->kmax;
+            kp = bk->kpath;
+            kn = best;
+            kdead = bdead;
+            memcpy(mask, bk->pk + (size_t)best * rt->n_words, (size_t)rt->n_words * sizeof *mask);
+        }
+    }
+    if (!km) memset(mask, 0, (size_t)rt->n_words * sizeof *mask);
     int32_t *stk = rt->walk;
     const int32_t **rows = rt->rows; /* rows[d]: stk[d]'s row, read once per node it is the parent of */
     stk[0] = s;
@@ -499,6 +832,10 @@ static int walk(cons_rt *rt, int32_t s, uint32_t *mask, tide_status *st) {
     const int32_t *nend = v->nend, *ntok = v->ntok, *nntok = v->nntok, *order = v->order;
     const int32_t n_nodes = v->n_nodes;
     for (int32_t i = 1; i < n_nodes;) {
+        if (km && ((km[i] >= 0 && (km[i] <= kn || kdead)) || (kdead && kp[i] > kn))) {
+            i = nend[i]; /* all in the slice, or all dead after it */
+            continue;
+        }
         int d = ndepth[i];
         uint8_t b = nbyte[i];
         const int32_t *row = rows[d - 1];
@@ -523,6 +860,7 @@ static int walk(cons_rt *rt, int32_t s, uint32_t *mask, tide_status *st) {
         }
         i++;
     }
+
     return 0;
 }
 

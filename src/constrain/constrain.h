@@ -25,9 +25,16 @@ typedef enum tide_cons_kind {
     TIDE_CONS_JSON_SCHEMA, /* text: a JSON Schema */
     TIDE_CONS_JSON_OBJECT, /* any JSON object (text ignored) */
     TIDE_CONS_GBNF,        /* text: a grammar in llama.cpp's GBNF, start rule "root" */
-    TIDE_CONS_TOOLS,       /* text: {"tools": [{"name", "parameters"}...], "parallel": bool}:
-                            * a DSML block of calls to those tools, arguments per their schemas */
+    TIDE_CONS_TOOLS,       /* text: {"tools": [{"name", "parameters", "strict"}...], "parallel": bool,
+                            * "auto": bool}: a DSML block of calls to those tools, arguments per
+                            * their schemas; with auto, text without "<｜" then maybe the block,
+                            * and only strict tools' arguments follow their schemas */
+    TIDE_CONS_LARK,        /* text: a Lark-style EBNF grammar, start rule "start" */
 } tide_cons_kind;
+
+/* A grammar given without its syntax (vLLM's guided_grammar): GBNF when it
+ * has a "::=" definition, else Lark. */
+tide_cons_kind tide_cons_grammar_kind(const char *text, size_t len);
 
 #define TIDE_CONS_MAX_TEXT (1u << 20) /* constraint text bytes */
 
@@ -90,6 +97,10 @@ int tide_cons_done(const tide_cons *c);
 int64_t tide_cons_n_accepted(const tide_cons *c);
 /* The size of the vocabulary the cursor masks. */
 int32_t tide_cons_vocab_size_of(const tide_cons *c);
+
+/* Slices on (the default) or off, process-wide: the same masks either way,
+ * off walks every live trie node (the tests compare the two). */
+void tide_cons_set_slices(int on);
 
 /* Byte-level checks (tests, tools): whether text is a complete match. */
 int tide_cons_grammar_matches(tide_cons_grammar *g, const char *text, size_t len, tide_status *st);

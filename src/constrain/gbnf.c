@@ -25,23 +25,21 @@ typedef struct gp {
     int err;
 } gp;
 
-static int line_of(const gp *p, size_t at, int *col) {
+int tide_gram_fail(tide_status *st, const char *s, size_t n, size_t at, const char *what) {
     int line = 1;
     size_t start = 0;
-    for (size_t k = 0; k < at && k < p->n; k++)
-        if (p->s[k] == '\n') {
+    for (size_t k = 0; k < at && k < n; k++)
+        if (s[k] == '\n') {
             line++;
             start = k + 1;
         }
-    *col = (int)(at - start) + 1;
-    return line;
+    return tide_fail(st, TIDE_ERR_INVALID, "grammar line %d, column %d: %s", line, (int)(at - start) + 1, what);
 }
 
 static int32_t gfail(gp *p, const char *what) {
     if (!p->err) {
         p->err = 1;
-        int col, line = line_of(p, p->i, &col);
-        tide_fail(p->st, TIDE_ERR_INVALID, "grammar line %d, column %d: %s", line, col, what);
+        tide_gram_fail(p->st, p->s, p->n, p->i, what);
     }
     return -1;
 }
@@ -81,44 +79,51 @@ static int hexv(char c) {
     return -1;
 }
 
-/* One character of a literal or class (after escapes); -1 error. */
-static int32_t one_char(gp *p) {
-    if (p->i >= p->n) return gfail(p, "unexpected end of the grammar");
-    unsigned char c = (unsigned char)p->s[p->i];
+int32_t tide_gram_char(const char *s, size_t n, size_t *i, const char **why) {
+    if (*i >= n) return *why = "unexpected end of the grammar", -1;
+    unsigned char c = (unsigned char)s[*i];
     if (c == '\\') {
-        p->i++;
-        if (p->i >= p->n) return gfail(p, "\\ at the end of the grammar");
-        char e = p->s[p->i++];
+        (*i)++;
+        if (*i >= n) return *why = "\\ at the end of the grammar", -1;
+        char e = s[(*i)++];
         int nd = 0;
         switch (e) {
         case 'n': return '\n';
         case 'r': return '\r';
         case 't': return '\t';
-        case '\\': case '"': case '[': case ']': case '-': case '^': return e;
+        case 'f': return '\f';
+        case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/': return e;
         case 'x': nd = 2; break;
         case 'u': nd = 4; break;
         case 'U': nd = 8; break;
-        default: p->i--; return gfail(p, "unknown escape");
+        default: (*i)--; return *why = "unknown escape", -1;
         }
         int32_t v = 0;
         for (int k = 0; k < nd; k++) {
-            if (p->i >= p->n || hexv(p->s[p->i]) < 0) return gfail(p, "bad hex escape");
-            v = v * 16 + hexv(p->s[p->i++]);
-            if (v > CG_CP_MAX) return gfail(p, "escape beyond U+10FFFF");
+            if (*i >= n || hexv(s[*i]) < 0) return *why = "bad hex escape", -1;
+            v = v * 16 + hexv(s[(*i)++]);
+            if (v > CG_CP_MAX) return *why = "escape beyond U+10FFFF", -1;
         }
         return v;
     }
     /* UTF-8 */
     int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || p->i + (size_t)len > p->n) return gfail(p, "invalid UTF-8");
+    if (!len || *i + (size_t)len > n) return *why = "invalid UTF-8", -1;
     int32_t v = len == 1 ? c : c & (0x3F >> (len - 1));
     for (int k = 1; k < len; k++) {
-        unsigned char d = (unsigned char)p->s[p->i + (size_t)k];
-        if ((d & 0xC0) != 0x80) return gfail(p, "invalid UTF-8");
+        unsigned char d = (unsigned char)s[*i + (size_t)k];
+        if ((d & 0xC0) != 0x80) return *why = "invalid UTF-8", -1;
         v = (v << 6) | (d & 0x3F);
     }
-    p->i += (size_t)len;
+    *i += (size_t)len;
     return v;
+}
+
+/* One character of a literal or class (after escapes); -1 error. */
+static int32_t one_char(gp *p) {
+    const char *why = NULL;
+    int32_t v = tide_gram_char(p->s, p->n, &p->i, &why);
+    return v < 0 ? gfail(p, why) : v;
 }
 
 static int32_t alternatives(gp *p, int nested);

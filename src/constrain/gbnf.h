@@ -1,4 +1,5 @@
-/* GBNF grammars (llama.cpp's documented syntax) to grammar rules (gbnf.c). */
+/* Grammar front ends: GBNF (llama.cpp's documented syntax, gbnf.c) and
+ * Lark-style EBNF (lark.c), both to grammar rules (cgram.h). */
 #ifndef TIDE_CONSTRAIN_GBNF_H
 #define TIDE_CONSTRAIN_GBNF_H
 
@@ -9,5 +10,15 @@
 /* Parses text into g (rules named as in the text; the start rule is
  * "root"). Errors give the line and column. */
 int tide_gbnf_parse(cg *g, const char *text, size_t len, tide_status *st);
+
+/* Lark-style EBNF (lark.c), the start rule "start". */
+int tide_lark_parse(cg *g, const char *text, size_t len, tide_status *st);
+
+/* Shared by both: one character of a literal or class at s[*i] (escapes
+ * \n \r \t \f \xHH \uHHHH \UHHHHHHHH and escaped punctuation, else one
+ * UTF-8 character), advancing *i; -1 with *why on an error. The error
+ * "grammar line L, column C: what" for offset at. */
+int32_t tide_gram_char(const char *s, size_t n, size_t *i, const char **why);
+int tide_gram_fail(tide_status *st, const char *s, size_t n, size_t at, const char *what);
 
 #endif

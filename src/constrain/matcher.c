@@ -232,7 +232,12 @@ int32_t cm_step_slow(cm *m, int32_t s, uint8_t b) {
         r = intern_set(m, k, u);
     }
     if (r == CM_ERROR) return r;
-    m->sets[s].row[b] = r;
+    int32_t *row = m->sets[s].row;
+    uint8_t x = b;
+    do {
+        row[x] = r;
+        x = m->cls_next[x];
+    } while (x != b);
     return r;
 }
 
@@ -251,6 +256,23 @@ int cm_init(cm *m, const cg *g, tide_status *st) {
     for (int32_t r = 0; r < g->n_rules; r++) {
         int32_t end = r + 1 < g->n_rules ? g->rules[r + 1].start : g->n_states;
         for (int32_t q = g->rules[r].start; q < end; q++) m->rule_of[q] = r;
+    }
+    /* byte classes: a byte's signature is the set of edge boundaries below
+     * it; bytes between two consecutive boundaries form a class */
+    uint8_t cut[257] = {0};
+    for (int32_t e = 0; e < g->n_edges; e++)
+        if (g->edges[e].kind == CE_BYTE) cut[g->edges[e].lo] = cut[g->edges[e].hi + 1] = 1;
+    int c = -1;
+    for (int b = 0; b < 256; b++) {
+        if (b == 0 || cut[b]) c++;
+        m->cls[b] = (uint8_t)c;
+    }
+    m->n_cls = c + 1;
+    for (int b = 0; b < 256; b++) {
+        int nx = b + 1 < 256 && m->cls[b + 1] == m->cls[b] ? b + 1 : b;
+        if (nx == b) /* the last of its class: back to the first */
+            while (nx > 0 && m->cls[nx - 1] == m->cls[b]) nx--;
+        m->cls_next[b] = (uint8_t)nx;
     }
     int32_t n0 = intern_node(m, g->rules[g->root].start, -1);
     m->root = n0 < 0 ? n0 : intern_set(m, &n0, 1);

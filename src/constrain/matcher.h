@@ -47,6 +47,11 @@ typedef struct cm {
     int32_t *kbuf; int32_t cap_kbuf;  /* a step's kernel */
     uint32_t *mark; uint32_t stamp; int32_t cap_mark;
     int32_t root;                     /* the start set */
+    /* byte classes: bytes no edge tells apart (every byte edge holds all or
+     * none of a class) step every set alike; cls_next links a class's bytes
+     * in a ring, so a step fills the row for the whole class */
+    uint8_t cls[256], cls_next[256];
+    int n_cls;
     tide_status st;                   /* why the last CM_ERROR */
 } cm;
 

@@ -890,12 +890,40 @@ static int32_t dsml_param(sc *c, const char *k, const json_t *ps, const char *pa
     return seq(c, 3, lit(c, head), v, lit(c, TIDE_DSML_PARAM_CLOSE));
 }
 
+/* Codepoints other than the given ones, one or more of the first before
+ * one of the rest: ("<"+ [^<...]) with not = "<..." */
+static int32_t not_cps(sc *c, const int32_t *cps, int n) {
+    int32_t r[8];
+    for (int i = 0; i < n && i < 4; i++) r[2 * i] = r[2 * i + 1] = cps[i];
+    return chk(c, cg_cpset_not(c->g, r, n, 0));
+}
+
+/* A non-strict tool's parameters with tool_choice auto: any number of
+ * parameters, any names, raw or JSON, any value without "</". */
+static int32_t free_params(sc *c) {
+    static const int32_t lt[] = {'<'}, lt_slash[] = {'<', '/'}, name_not[] = {'"', '<', '>', '\n'};
+    int32_t val = star(c, alt(c, 2, not_cps(c, lt, 1), seq(c, 2, chk(c, cg_rep(c->g, lit(c, "<"), 1, -1)), not_cps(c, lt_slash, 2))));
+    int32_t name = chk(c, cg_rep(c->g, not_cps(c, name_not, 4), 1, -1));
+    int32_t one = seq(c, 6, lit(c, TIDE_DSML_PARAM_OPEN), name, lit(c, "\" string=\""), alt(c, 2, lit(c, "true"), lit(c, "false")),
+                      lit(c, "\">"), seq(c, 2, val, lit(c, TIDE_DSML_PARAM_CLOSE)));
+    return opt(c, seq(c, 2, one, star(c, seq(c, 2, lit(c, "\n"), one))));
+}
+
+/* Text before the calls with tool_choice auto: anything without "<｜"
+ * (the DSML markers' start), so the calls block cannot begin inside it. */
+static int32_t text_before_calls(sc *c) {
+    static const int32_t lt[] = {'<'}, lt_bar[] = {'<', 0xFF5C};
+    int32_t lts = chk(c, cg_rep(c->g, lit(c, "<"), 1, -1));
+    return seq(c, 2, star(c, alt(c, 2, not_cps(c, lt, 1), seq(c, 2, lts, not_cps(c, lt_bar, 2)))), star(c, lit(c, "<")));
+}
+
 int32_t tide_schema_tool_calls(cg *g, json_t *spec, tide_status *st) {
     sc c = {g, spec, st, NULL, 0, 0, -1, -1, 0, json_array(), 0};
     if (!c.keep) return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");
     g->max_depth = 128;
     const json_t *tools = json_object_get(spec, "tools");
     int parallel = json_is_true(json_object_get(spec, "parallel"));
+    int is_auto = json_is_true(json_object_get(spec, "auto")); /* text, then maybe calls; only strict tools' schemas */
     cg_vec alts = {0};
     for (size_t i = 0; i < json_array_size(tools) && !c.err; i++) {
         const json_t *t = json_array_get(tools, i);
@@ -911,7 +939,8 @@ int32_t tide_schema_tool_calls(cg *g, json_t *spec, tide_status *st) {
         c.root = (json_t *)params;
         c.n_refs = 0;
         int32_t body;
-        if (!params || json_is_true(params)) body = chk(&c, cg_empty(g));
+        if (is_auto && !json_is_true(json_object_get(t, "strict"))) body = free_params(&c);
+        else if (!params || json_is_true(params)) body = chk(&c, cg_empty(g));
         else {
             const json_t *ty = json_object_get(params, "type");
             if (!json_is_object(params) || (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "object")))) {
@@ -942,6 +971,7 @@ int32_t tide_schema_tool_calls(cg *g, json_t *spec, tide_status *st) {
             int32_t one = chk(&c, cg_call(g, r));
             int32_t calls = parallel ? seq(&c, 2, one, star(&c, seq(&c, 2, lit(&c, "\n"), chk(&c, cg_call(g, r))))) : one;
             x = seq(&c, 3, lit(&c, TIDE_DSML_CALLS_OPEN "\n"), calls, lit(&c, "\n" TIDE_DSML_CALLS_CLOSE));
+            if (is_auto) x = seq(&c, 2, text_before_calls(&c), opt(&c, x));
         }
     }
     cg_vec_free(&alts);

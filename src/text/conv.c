@@ -198,6 +198,7 @@ int tide_conv_add_tool(tide_conv *c, const char *name, const char *description, 
     t->description = dup0(description);
     t->parameters = parameters ? json_incref(parameters) : NULL;
     t->shown = NULL;
+    t->strict = 0;
     if (!t->name || (description && !t->description)) {
         free_tool(t);
         return tide_fail(st, TIDE_ERR_NOMEM, "out of memory");

@@ -60,6 +60,7 @@ typedef struct tide_tool {
     json_t *parameters; /* JSON schema (owned reference); may be NULL */
     json_t *shown;      /* the definition as the client sent it, rendered as is
                          * (owned reference); NULL: {name, description, parameters} */
+    int strict;         /* "strict": true (arguments constrained to the schema, docs/structured.md) */
 } tide_tool;
 
 /* An image part, as the client sent it (encoded bytes, owned); decoded and

@@ -8,12 +8,17 @@
 // must be "stop" with a valid output, or "length" (cut at max_tokens).
 // With TOOLS > 0, that many more requests force a tool call (tool_choice
 // naming a function whose parameters are one of the corpus's object
-// schemas): each must end "tool_calls" with arguments ajv accepts.
+// schemas): each must end "tool_calls" with arguments ajv accepts. With
+// AUTO > 0, that many more leave tool_choice "auto" with one strict tool
+// (a corpus object schema) and one that is not: each ends "stop" with text
+// holding no DSML marker, or "tool_calls" where every call of the strict
+// tool has arguments ajv accepts; in serve mode these go in turn through
+// Chat Completions, Responses and Messages.
 // The same requests can go through `tide serve` (serve mode: Chat
 // Completions over HTTP, 4 at a time; results written in tide run's shape;
 // plus one request with an unsupported keyword, which must get a 400
 // naming it).
-//   node structured_check.mjs make CORPUS N MAX_TOKENS [TOOLS] > requests.jsonl
+//   node structured_check.mjs make CORPUS N MAX_TOKENS [TOOLS [AUTO]] > requests.jsonl
 //   node structured_check.mjs serve CORPUS URL requests.jsonl > results.jsonl
 //   node structured_check.mjs check CORPUS requests.jsonl results.jsonl
 import fs from "node:fs";
@@ -51,16 +56,51 @@ if (mode === "make") {
                   tool_choice: { type: "function", function: { name } } };
     process.stdout.write(JSON.stringify(req) + "\n");
   }
+  const nTools = Number(process.argv[6] || 0);
+  for (let t = 0; t < Number(process.argv[7] || 0); t++) {
+    const k = objects[(t * 5 + 3) % objects.length];
+    const name = `strict_${t}`;
+    const req = { id: n + nTools + t, item: k, auto: name, api: ["chat", "responses", "messages"][t % 3],
+                  messages: [{ role: "user", content: `Maybe call ${t}` }], max_tokens: maxTokens * 4, temperature: 1, seed: 7000 + t,
+                  tools: [{ type: "function", function: { name, strict: true, parameters: corpus[k].text } },
+                          { type: "function", function: { name: "other", parameters: { type: "object", properties: { q: { type: "string" } } } } }] };
+    process.stdout.write(JSON.stringify(req) + "\n");
+  }
 } else if (mode === "serve") {
   const url = a.replace(/\/$/, "") + "/v1/chat/completions";
   const reqs = lines(b);
-  const post = (body) => fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const post = (body, u = url) => fetch(u, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const base = a.replace(/\/$/, "");
+  // a strict-tools request through Responses or Messages, its result in tide run's shape
+  const other = async (q) => {
+    const { id, item, auto, api, messages, max_tokens, temperature, tools } = q;
+    if (api === "responses") {
+      const res = await post({ model: "tide", input: messages[0].content, max_output_tokens: max_tokens, temperature,
+                               tools: tools.map((t) => ({ type: "function", ...t.function })) }, base + "/v1/responses");
+      const j = await res.json();
+      if (!res.ok) return { id, finish_reason: "error", error: JSON.stringify(j), text: "" };
+      const calls = j.output.filter((o) => o.type === "function_call").map((o) => ({ name: o.name, arguments: o.arguments }));
+      const text = j.output.filter((o) => o.type === "message").flatMap((o) => o.content.map((c) => c.text || "")).join("");
+      const cut = j.status === "incomplete";
+      return { id, text, tool_calls: calls, finish_reason: calls.length ? "tool_calls" : cut ? "length" : "stop" };
+    }
+    const res = await post({ model: "tide", max_tokens, temperature, messages,
+                             tools: tools.map((t) => ({ name: t.function.name, strict: t.function.strict,
+                                                        input_schema: t.function.parameters })) }, base + "/v1/messages");
+    const j = await res.json();
+    if (!res.ok) return { id, finish_reason: "error", error: JSON.stringify(j), text: "" };
+    const calls = j.content.filter((c) => c.type === "tool_use").map((c) => ({ name: c.name, arguments: JSON.stringify(c.input) }));
+    const text = j.content.filter((c) => c.type === "text").map((c) => c.text).join("");
+    return { id, text, tool_calls: calls,
+             finish_reason: j.stop_reason === "tool_use" ? "tool_calls" : j.stop_reason === "max_tokens" ? "length" : "stop" };
+  };
   const out = [];
   let next = 0;
   const worker = async () => {
     while (next < reqs.length) {
       const q = reqs[next++];
-      const { id, item, tool, ...body } = q;
+      if (q.api && q.api !== "chat") { out.push(await other(q)); continue; }
+      const { id, item, tool, auto, api, ...body } = q;
       const res = await post({ model: "tide", ...body });
       const j = await res.json();
       if (!res.ok) { out.push({ id, finish_reason: "error", error: JSON.stringify(j), text: "" }); continue; }
@@ -69,7 +109,7 @@ if (mode === "make") {
                  tool_calls: (ch.message.tool_calls || []).map((t) => ({ name: t.function.name, arguments: t.function.arguments })) });
     }
   };
-  await Promise.all([worker(), worker(), worker(), worker()]);
+  await Promise.all(Array.from({ length: Number(process.env.STRUCTURED_CONCURRENCY || 4) }, worker));
   for (const r of out) process.stdout.write(JSON.stringify(r) + "\n");
   const bad = await post({ model: "tide", messages: [{ role: "user", content: "x" }],
                            response_format: { type: "json_schema", json_schema: { name: "a", schema: { type: "object", properties: { a: { not: {} } } } } } });
@@ -87,14 +127,31 @@ if (mode === "make") {
   for (const r of lines(b)) {
     const q = reqs.get(r.id);
     const c = corpus[q.item];
-    kinds[c.kind] = (kinds[c.kind] || 0) + 1;
-    const fail = (why) => { bad++; console.log(`INVALID id ${r.id} (${c.kind} ${JSON.stringify(c.text).slice(0, 120)}): ${why}: ${JSON.stringify(r.text)}`); };
+    const kind = q.auto ? "auto_tools" : q.tool ? "tool_call" : c.kind;
+    kinds[kind] = (kinds[kind] || 0) + 1;
+    let counted = false, failed = false; // a result is counted once: stop (valid), length, or invalid
+    const fail = (why) => { if (!failed) { bad++; if (counted) stop--; failed = true; } console.log(`INVALID id ${r.id} (${c.kind} ${JSON.stringify(c.text).slice(0, 120)}): ${why}: ${JSON.stringify(r.text)}`); };
     if (r.finish_reason === "length") { length++; continue; }
+    if (q.auto) { // tool_choice auto with a strict tool: text, or calls
+      if (r.finish_reason === "stop") {
+        stop++, counted = true;
+        if (r.text.includes("<\uff5cDSML\uff5c")) fail("a DSML marker in the text");
+        continue;
+      }
+      if (r.finish_reason !== "tool_calls") { fail(`finish_reason ${r.finish_reason} ${r.error || ""}`); continue; }
+      stop++, counted = true;
+      const validate = ajv.compile(c.text);
+      for (const call of r.tool_calls) {
+        if (call.name !== q.auto) continue; // the non-strict tool: any arguments
+        let v;
+        try { v = JSON.parse(call.arguments); } catch (e) { fail("arguments not JSON"); continue; }
+        if (!validate(v)) fail(`arguments: ${ajv.errorsText(validate.errors)}: ${call.arguments}`);
+      }
+      continue;
+    }
     if (q.tool) { // a forced tool call
-      kinds.tool_call = (kinds.tool_call || 0) + 1;
-      kinds[c.kind]--;
       if (r.finish_reason !== "tool_calls") { fail(`finish_reason ${r.finish_reason}, not tool_calls`); continue; }
-      stop++;
+      stop++, counted = true;
       const validate = ajv.compile(c.text);
       for (const call of r.tool_calls) {
         if (call.name !== q.tool) { fail(`called ${call.name}`); continue; }
@@ -105,7 +162,7 @@ if (mode === "make") {
       continue;
     }
     if (r.finish_reason !== "stop") { fail(`finish_reason ${r.finish_reason} ${r.error || ""}`); continue; }
-    stop++;
+    stop++, counted = true;
     if (c.kind === "json_schema") {
       let v;
       try { v = JSON.parse(r.text); } catch (e) { fail("not JSON"); continue; }
