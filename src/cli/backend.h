@@ -5,9 +5,9 @@
  *   cpu   the CPU ops (the reference numerics; the default)
  *   cuda  the CUDA ops table (src/backend/cuda/cuda_ops.h): every op of the
  *         forward pass on the GPU's kernels, in the exact kernel mode by
- *         default (bit-identical to the CPU) or the fast one; activations
- *         are staged through the host at every op for now, so this is the
- *         correctness path, not the fast one (docs/gpu.md).
+ *         default (bit-identical to the CPU) or the fast one; the forward's
+ *         activations stay on the device except the attention sub-layer,
+ *         which still runs on host arrays (docs/gpu.md).
  *
  * A tide built without the CUDA backend, or a machine without a GPU, gets
  * an error that says which. */

@@ -1,10 +1,10 @@
 /* The CUDA ops table: backend/ops.h filled from the kernels of
- * cuda_kernels.h, on HOST arrays. Every call uploads its inputs to a device
- * scratch arena, launches, and downloads its outputs, so the forward pass
- * runs unchanged (the same graph as the CPU, op for op). This is the
- * CORRECTNESS path that checks the kernels on the whole model
- * (tests/gpu/gpu_test_model.c), not the fast path: activations cross PCIe at
- * every op.
+ * cuda_kernels.h. Arrays the table allocated (ops.h alloc: the forward's
+ * activation buffers) go to the kernels as they are; host arrays are
+ * uploaded to a device scratch arena and their outputs downloaded, so the
+ * forward pass runs the same graph as on the CPU, op for op
+ * (cuda_ops_internal.h has the memory model; tests/gpu/gpu_test_model.c
+ * checks it on the whole model).
  *
  *     tide_cuda_ops_ctx *cx;
  *     if (tide_cuda_ops_create(&cx, &st) != 0) ...
