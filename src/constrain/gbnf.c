@@ -216,16 +216,18 @@ static int32_t primary(gp *p) {
     return gfail(p, "expected a literal, a class, a rule name or (");
 }
 
-static int read_int(gp *p, long *out) {
-    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return 0;
+int tide_gram_int(const char *s, size_t n, size_t *i, long *out) {
+    if (*i >= n || s[*i] < '0' || s[*i] > '9') return 0;
     long v = 0;
-    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-        v = v * 10 + (p->s[p->i++] - '0');
+    while (*i < n && s[*i] >= '0' && s[*i] <= '9') {
+        v = v * 10 + (s[(*i)++] - '0');
         if (v > 1000000) v = 1000000;
     }
     *out = v;
     return 1;
 }
+
+static int read_int(gp *p, long *out) { return tide_gram_int(p->s, p->n, &p->i, out); }
 
 static int32_t postfix(gp *p, int nested) {
     int32_t x = primary(p);

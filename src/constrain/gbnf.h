@@ -20,5 +20,8 @@ int tide_lark_parse(cg *g, const char *text, size_t len, tide_status *st);
  * "grammar line L, column C: what" for offset at. */
 int32_t tide_gram_char(const char *s, size_t n, size_t *i, const char **why);
 int tide_gram_fail(tide_status *st, const char *s, size_t n, size_t at, const char *what);
+/* A decimal number at s[*i] (capped at 1,000,000), *i moved past it; 0 when
+ * there is no digit there. Shared by the GBNF and Lark readers. */
+int tide_gram_int(const char *s, size_t n, size_t *i, long *out);
 
 #endif

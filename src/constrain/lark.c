@@ -253,16 +253,7 @@ static int32_t atom(lp *p) {
     return lfail(p, "expected a literal, a regex, a name, ( or [");
 }
 
-static int read_int(lp *p, long *out) {
-    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return 0;
-    long v = 0;
-    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-        v = v * 10 + (p->s[p->i++] - '0');
-        if (v > 1000000) v = 1000000;
-    }
-    *out = v;
-    return 1;
-}
+static int read_int(lp *p, long *out) { return tide_gram_int(p->s, p->n, &p->i, out); }
 
 static int32_t item(lp *p, int nested) {
     int32_t x = atom(p);

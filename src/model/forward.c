@@ -102,6 +102,21 @@ int tide_fwd_reserve(tide_fwd_ctx *fx, int64_t rows, tide_status *st) {
             return tide_fail_ctx(st, "forward: activation buffers for %lld rows", (long long)want);
         }
     }
+    free(fx->host_x);
+    free(fx->host_y);
+    size_t hb = (size_t)(want * fx->m->cfg.text.hidden_size) * sizeof(float);
+    fx->host_x = malloc(hb);
+    fx->host_y = malloc(hb);
+    if (!fx->host_x || !fx->host_y) {
+        free(fx->host_x);
+        free(fx->host_y);
+        fx->host_x = fx->host_y = NULL;
+        for (int j = 0; j < FB_COUNT; j++) {
+            fx->ops->release(fx->ops, fx->buf[j]);
+            fx->buf[j] = NULL;
+        }
+        return tide_fail(st, TIDE_ERR_NOMEM, "forward: out of host memory for %lld rows", (long long)want);
+    }
     fx->buf_rows = want;
     return 0;
 }
@@ -109,6 +124,8 @@ int tide_fwd_reserve(tide_fwd_ctx *fx, int64_t rows, tide_status *st) {
 void tide_fwd_ctx_free(tide_fwd_ctx *fx) {
     if (!fx) return;
     for (int i = 0; i < FB_COUNT; i++) fx->ops->release(fx->ops, fx->buf[i]);
+    free(fx->host_x);
+    free(fx->host_y);
     tide_pool_destroy(fx->pool);
     tide_kv_pool_free(&fx->kv);
     free(fx);

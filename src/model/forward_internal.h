@@ -36,7 +36,8 @@ struct tide_fwd_ctx {
     tide_fwd_opts opt;
     tide_kv_pool kv;
     void *buf[FB_COUNT];
-    int64_t buf_rows; /* rows the buffers hold */
+    float *host_x, *host_y; /* [buf_rows][dim] host copies for the attention sub-layer (hc.c) */
+    int64_t buf_rows;       /* rows the buffers hold */
 };
 
 /* Grows the activation buffers to hold a step of `rows` rows (no-op when

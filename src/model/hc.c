@@ -30,14 +30,11 @@ static void dump(const tide_step *s, const char *name, int layer, const float *p
 static void attention_on_host(tide_step *s, int layer, const float *x, float *out, tide_attn_fn attn, void *arg) {
     const tide_ops *ops = s->ops;
     int64_t n = s->rows * s->m->cfg.text.hidden_size;
-    float *xh = tide_xmalloc((size_t)n * sizeof(float));
-    float *yh = tide_xmalloc((size_t)n * sizeof(float));
+    float *xh = s->fx->host_x, *yh = s->fx->host_y; /* sized with the buffers */
     ops->download(ops, xh, x, (size_t)n * sizeof(float));
     if (attn) attn(s, layer, xh, yh, arg);
     else tide_attention(s, layer, xh, yh);
     ops->upload(ops, out, yh, (size_t)n * sizeof(float));
-    free(xh);
-    free(yh);
 }
 
 void tide_block(tide_step *s, int layer, float *h, float *pre_mix, tide_attn_fn attn, void *arg) {

@@ -363,6 +363,7 @@ int cxo_any_resident(const tide_cuda_ops_ctx *cx, const cxo_arg *a, int n) {
 }
 
 int cxo_dev(tide_cuda_ops_ctx *cx, cxo_arg *a, int n, size_t extra, void **scratch, tide_status *st) {
+    /* pass 1: which arrays are resident (d = p), and the arena the rest need */
     size_t need = cxo_al(extra);
     for (int i = 0; i < n; i++) {
         a[i].d = NULL;
@@ -371,17 +372,16 @@ int cxo_dev(tide_cuda_ops_ctx *cx, cxo_arg *a, int n, size_t extra, void **scrat
         if (r < 0)
             return tide_fail(st, TIDE_ERR_INTERNAL, "cuda ops: argument %d (%zu bytes) runs past its device buffer",
                              i, a[i].bytes);
-        if (r == 0) need += cxo_al(a[i].bytes);
+        if (r) a[i].d = (void *)a[i].p;
+        else need += cxo_al(a[i].bytes);
     }
     if (cxo_arena_begin(cx, need, st) != 0) return -1;
     for (int i = 0; i < n; i++) {
-        if (!a[i].p) continue;
+        if (!a[i].p || a[i].d) continue; /* absent, or resident */
         if (a[i].io == CXO_W) {
             const void *d;
             if (cxo_weight(cx, a[i].p, a[i].bytes, &d, st) != 0) return -1;
             a[i].d = (void *)d;
-        } else if (cxo_resident(cx, a[i].p, a[i].bytes)) {
-            a[i].d = (void *)a[i].p;
         } else {
             if (!(a[i].d = cxo_take(cx, a[i].bytes, st))) return -1;
             if ((a[i].io & CXO_IN) && cxo_up(cx, a[i].d, a[i].p, a[i].bytes, st) != 0) return -1;
